@@ -1,0 +1,68 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/scenario"
+)
+
+// engines maps --engine names to factories; the wasm engine adds itself.
+var engines = map[string]func() (kernel.Factory, error){
+	"native": func() (kernel.Factory, error) { return kernel.Native, nil },
+}
+
+func init() {
+	register("replay", "replay a scenario file (or - for stdin) and print its transcript", runReplay)
+}
+
+func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	engine := fs.String("engine", "native", "engine to run the kernel in: native or wasm")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leaseplane replay [--engine native|wasm] FILE|-")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	mk, ok := engines[*engine]
+	if !ok {
+		fmt.Fprintf(stderr, "leaseplane replay: unknown engine %q (want native or wasm)\n", *engine)
+		return 2
+	}
+	var in []byte
+	var err error
+	if name := fs.Arg(0); name == "-" {
+		in, err = io.ReadAll(stdin)
+	} else {
+		in, err = os.ReadFile(name)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane replay: %v\n", err)
+		return 1
+	}
+	f, err := mk()
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane replay: engine %s: %v\n", *engine, err)
+		return 1
+	}
+	out, err := scenario.Replay(f, in)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane replay: %s: %v\n", fs.Arg(0), err)
+		return 1
+	}
+	_, err = stdout.Write(out)
+	if err != nil {
+		return 1
+	}
+	return 0
+}

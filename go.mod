@@ -1,0 +1,3 @@
+module github.com/leaseplane/leaseplane
+
+go 1.26

@@ -1,0 +1,102 @@
+package kernel
+
+// Op names a command.
+type Op string
+
+// The operations of SPEC.md.
+const (
+	OpAcquire Op = "acquire"
+	OpRelease Op = "release"
+	OpWait    Op = "wait"
+	OpTick    Op = "tick"
+	OpSuspend Op = "suspend"
+	OpResume  Op = "resume"
+)
+
+// Fixed numbers of SPEC.md.
+const (
+	LeaseTTLMs     = 30000 // lease lifetime from grant or last renewal
+	WaiterTTLMs    = 30000 // a waiter lapses this long after its last request
+	DeadlockKeepMs = 30000 // deadlock pairs are shown by wait this long
+	MaxAdmitted    = 8     // waiters admitted to one resource's queue
+	MaxWaitMs      = 800   // cap of stampede.waitMs
+	BaseWaitMs     = 25    // stampede.waitMs = min(800, 25 × 2^n)
+	MaxResourceLen = 256
+	MinActorLen    = 5
+	MaxActorLen    = 256
+	MaxLeaseIDLen  = 256
+	releaseTrust2  = 1   // +0.5, in half points
+	expireTrust2   = -10 // −5, in half points
+)
+
+// Reasons of refusals, as they appear in answers.
+const (
+	ReasonInvalid    = "invalid_request"
+	ReasonSuspended  = "suspended"
+	ReasonLeaseHeld  = "lease_held"
+	ReasonDeadlock   = "deadlock"
+	ReasonStaleLease = "stale_lease"
+)
+
+// Command is one decoded request. NowMs is the host's time in Unix
+// milliseconds. Fields an operation does not take are empty. Mode is empty
+// for the default (write). HasLeaseID tells an absent leaseId from an empty
+// one.
+type Command struct {
+	Op         Op
+	NowMs      int64
+	Resource   string
+	ActorDid   string
+	Mode       string
+	LeaseID    string
+	HasLeaseID bool
+}
+
+// Result is what a command gives the host.
+type Result struct {
+	// Status is the HTTP status the REST route answers with.
+	Status int
+	// RetryAfterSec, when above zero, is the Retry-After header value.
+	RetryAfterSec int
+	// Answer is the response body: canonical JSON, exactly what the REST
+	// route returns and what a transcript records.
+	Answer []byte
+	// Events is a JSON array of the events the command emitted, in order
+	// ("[]" when none).
+	Events []byte
+	// Changed reports whether the machine's state changed (the clock
+	// included), so a durable host knows whether to log the command.
+	Changed bool
+}
+
+// Engine is the seam between hosts and a kernel build: the native Machine
+// (through Native) and the wasip1 build under wazero both implement it and
+// pass the same tests. Errors are failures of the engine itself (a trapped
+// WebAssembly instance), never a client's mistake: those are answers.
+// An Engine is not safe for concurrent use.
+type Engine interface {
+	// Apply decodes a REST body for op and applies it at nowMs.
+	Apply(op Op, nowMs int64, body []byte) (Result, error)
+	// Step applies one scenario step: a JSON object with atMs, op and the
+	// command's own fields.
+	Step(step []byte) (Result, error)
+	// NextAlarm is the time the host should send a tick, if any.
+	NextAlarm() (ms int64, ok bool, err error)
+	// Snapshot is the state as canonical JSON; Factory.Restore takes it back.
+	Snapshot() ([]byte, error)
+	// Trust is the trust scores as a JSON object keyed by actorDid.
+	Trust() ([]byte, error)
+	// Close frees the engine's resources.
+	Close() error
+}
+
+// Factory makes engines of one kind.
+type Factory interface {
+	// New starts an empty machine with the rules given as JSON
+	// ({"readShared": [prefix...]}; empty or null means no rules).
+	New(rules []byte) (Engine, error)
+	// Restore starts a machine from a Snapshot.
+	Restore(snapshot []byte) (Engine, error)
+	// Name is "native" or "wasm".
+	Name() string
+}

@@ -1,0 +1,31 @@
+// Package kernel is the lease state machine of one leaseplane workspace.
+//
+// It is the only place where lease decisions are made. Every host (the
+// native server and CLI, the GOOS=js build in browsers, the GOOS=wasip1
+// build under wazero) feeds it the same commands and must print the same
+// bytes; SPEC.md in the project's shared folder is the contract.
+//
+// The kernel imports only the standard library. It never reads a clock
+// (every command carries nowMs from the host), draws no randomness, does no
+// I/O, starts no goroutines, and never lets map order reach its output. Its
+// JSON is written and read by hand (json.go) so that the bytes are canonical
+// and no reflection sits on the per-command path, which matters most inside
+// WebAssembly.
+//
+// Callers use a Machine: Apply (or ApplyJSON / Step for raw JSON) a command,
+// read the Result, ask NextAlarm for when to send the next tick, and
+// Snapshot / Restore to persist. A Machine is not safe for concurrent use:
+// the host applies one workspace's commands one at a time.
+//
+// Choices the spec leaves open, made here and documented in docs/SEMANTICS.md:
+//   - invalid input changes nothing, not even the clock;
+//   - request bodies are strict: unknown or duplicated fields, and fields
+//     that the operation does not take, are invalid_request;
+//   - holders and holder in lease_held name the other agents whose leases
+//     conflict with the asked mode, in grant order;
+//   - a waiter remembers the mode it asked for, and wait-for edges only run
+//     to holders that conflict with that mode;
+//   - an expired lease's event carries the expiry time, not the tick's time,
+//     so events do not depend on when the host's alarm fired;
+//   - suspend and resume emit operator.suspend / operator.resume events.
+package kernel

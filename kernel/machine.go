@@ -1,0 +1,707 @@
+package kernel
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+)
+
+// Machine is the lease state of one workspace. The zero value is not
+// usable: call New or Restore. Not safe for concurrent use.
+type Machine struct {
+	rules     Rules
+	now       int64
+	seq       uint64 // orders waiters across resources
+	resources map[string]*resource
+	agents    map[string]*agent
+	timers    timerHeap
+	deadlocks []deadlockPair
+	changed   bool
+	events    []byte // events of the command being applied
+	nevents   int
+}
+
+type resource struct {
+	name    string
+	shared  bool
+	fence   int64
+	leases  []*lease  // live leases in grant (fence) order
+	waiters []*waiter // queue order
+}
+
+type lease struct {
+	timer
+	id        string
+	holder    string
+	mode      string
+	fence     int64
+	grantedAt int64
+}
+
+type waiter struct {
+	timer
+	actor   string
+	mode    string
+	since   int64
+	seq     uint64
+	lastAsk int64 // timer.at = lastAsk + WaiterTTLMs
+}
+
+type agent struct {
+	did       string
+	trust2    int64 // trust score in half points
+	suspended bool
+	waits     []*waiter // in the order it began waiting (seq)
+}
+
+type deadlockPair struct {
+	actor, resource, holder, waitingOn string
+	at                                 int64
+}
+
+// New makes an empty machine with rules. The rules slice is copied.
+func New(rules Rules) *Machine {
+	rules.ReadShared = append([]string(nil), rules.ReadShared...)
+	return &Machine{
+		rules:     rules,
+		resources: map[string]*resource{},
+		agents:    map[string]*agent{},
+	}
+}
+
+// Rules returns the machine's rules.
+func (m *Machine) Rules() Rules { return m.rules }
+
+// Now is the largest time the machine has seen.
+func (m *Machine) Now() int64 { return m.now }
+
+// NextAlarm is when the host should send a tick: the earliest lease expiry
+// or waiter lapse. ok is false when nothing is due ever.
+func (m *Machine) NextAlarm() (ms int64, ok bool) {
+	if len(m.timers) == 0 {
+		return 0, false
+	}
+	return m.timers[0].at, true
+}
+
+// ApplyJSON decodes a REST body for op and applies it at nowMs. A body that
+// does not decode is answered invalid_request and changes nothing.
+func (m *Machine) ApplyJSON(op Op, nowMs int64, body []byte) Result {
+	c, err := DecodeRequest(op, nowMs, body)
+	if err != nil {
+		return invalidResult(err.Error())
+	}
+	return m.Apply(c)
+}
+
+// Step decodes and applies one scenario step.
+func (m *Machine) Step(step []byte) Result {
+	c, err := DecodeStep(step)
+	if err != nil {
+		return invalidResult(err.Error())
+	}
+	return m.Apply(c)
+}
+
+// InvalidAnswer is the body of an invalid_request refusal with msg.
+func InvalidAnswer(msg string) []byte {
+	b := append([]byte(nil), `{"ok":false,"reason":"invalid_request","error":`...)
+	b = appendString(b, msg)
+	return append(b, '}')
+}
+
+func invalidResult(msg string) Result {
+	return Result{Status: 400, Answer: InvalidAnswer(msg), Events: []byte("[]")}
+}
+
+// Apply validates and applies one command. Invalid input is answered
+// invalid_request and changes nothing, not even the clock.
+func (m *Machine) Apply(c Command) Result {
+	if err := c.Validate(); err != nil {
+		return invalidResult(err.Error())
+	}
+	m.changed = false
+	m.events = append(m.events[:0], '[')
+	m.nevents = 0
+	if c.NowMs > m.now {
+		m.now = c.NowMs
+		m.changed = true
+	}
+	m.lapse()
+	var r Result
+	switch c.Op {
+	case OpAcquire:
+		r = m.acquire(c)
+	case OpRelease:
+		r = m.release(c)
+	case OpWait:
+		r = Result{Status: 200, Answer: m.waitAnswer()}
+	case OpTick:
+		r = Result{Status: 200, Answer: m.tickAnswer()}
+	case OpSuspend:
+		r = m.suspend(c.ActorDid)
+	case OpResume:
+		r = m.resume(c.ActorDid)
+	}
+	m.events = append(m.events, ']')
+	r.Events = append([]byte(nil), m.events...)
+	r.Changed = m.changed
+	return r
+}
+
+// lapse takes back every lease and waiter due at m.now and forgets deadlock
+// pairs older than DeadlockKeepMs.
+func (m *Machine) lapse() {
+	for len(m.timers) > 0 && m.timers[0].at <= m.now {
+		t := m.timers.pop()
+		m.changed = true
+		if t.lease != nil {
+			l := t.lease
+			res := t.res
+			res.leases = removeLease(res.leases, l)
+			a := m.agents[l.holder]
+			a.trust2 += expireTrust2
+			m.event("coordination.expire", l.at, res.name, l.holder, l, expireTrust2)
+		} else {
+			w := t.waiter
+			m.dropWaiter(t.res, w)
+		}
+	}
+	keep := m.deadlocks[:0]
+	for _, d := range m.deadlocks {
+		if d.at+DeadlockKeepMs > m.now {
+			keep = append(keep, d)
+		}
+	}
+	if len(keep) != len(m.deadlocks) {
+		m.changed = true
+	}
+	for i := len(keep); i < len(m.deadlocks); i++ {
+		m.deadlocks[i] = deadlockPair{}
+	}
+	m.deadlocks = keep
+}
+
+func (m *Machine) agentFor(did string) *agent {
+	a := m.agents[did]
+	if a == nil {
+		a = &agent{did: did}
+		m.agents[did] = a
+		m.changed = true
+	}
+	return a
+}
+
+func (m *Machine) resourceFor(name string) *resource {
+	res := m.resources[name]
+	if res == nil {
+		res = &resource{name: name, shared: m.rules.shared(name)}
+		m.resources[name] = res
+	}
+	return res
+}
+
+func (res *resource) leaseOf(actor string) *lease {
+	for _, l := range res.leases {
+		if l.holder == actor {
+			return l
+		}
+	}
+	return nil
+}
+
+func (res *resource) waiterOf(actor string) *waiter {
+	for _, w := range res.waiters {
+		if w.actor == actor {
+			return w
+		}
+	}
+	return nil
+}
+
+// conflicts reports whether a lease held in mode held excludes another
+// agent asking in mode asked.
+func (res *resource) conflicts(asked, held string) bool {
+	if !res.shared {
+		return true
+	}
+	return asked != "read" || held != "read"
+}
+
+// leaseID derives a lease's id from its resource and fence (FNV-1a, 64 bit).
+func leaseID(resource string, fence int64) string {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(resource); i++ {
+		h ^= uint64(resource[i])
+		h *= 1099511628211
+	}
+	h ^= 0
+	h *= 1099511628211
+	for f := uint64(fence); ; f >>= 8 {
+		h ^= f & 0xff
+		h *= 1099511628211
+		if f < 256 {
+			break
+		}
+	}
+	var b [22]byte
+	copy(b[:], "lease_")
+	for i := 0; i < 16; i++ {
+		b[6+i] = hexDigits[(h>>(60-4*i))&0xf]
+	}
+	return string(b[:])
+}
+
+func (m *Machine) acquire(c Command) Result {
+	if a := m.agents[c.ActorDid]; a != nil && a.suspended {
+		return suspendedResult(c.ActorDid)
+	}
+	a := m.agentFor(c.ActorDid)
+	res := m.resourceFor(c.Resource)
+	mode := c.Mode
+	if mode == "" {
+		mode = "write"
+	}
+	var own *lease
+	var nconf int
+	for _, l := range res.leases {
+		if l.holder == c.ActorDid {
+			own = l
+		} else if res.conflicts(mode, l.mode) {
+			nconf++
+		}
+	}
+	if nconf == 0 {
+		m.changed = true
+		if own != nil {
+			own.mode = mode
+			own.at = m.now + LeaseTTLMs
+			m.timers.fix(&own.timer)
+			m.event("coordination.renew", m.now, res.name, own.holder, own, 0)
+		} else {
+			res.fence++
+			own = &lease{
+				id:        leaseID(res.name, res.fence),
+				holder:    c.ActorDid,
+				mode:      mode,
+				fence:     res.fence,
+				grantedAt: m.now,
+			}
+			own.timer = timer{at: m.now + LeaseTTLMs, res: res, lease: own}
+			res.leases = append(res.leases, own)
+			m.timers.push(&own.timer)
+			m.event("coordination.lease", m.now, res.name, own.holder, own, 0)
+		}
+		if w := res.waiterOf(c.ActorDid); w != nil {
+			m.dropWaiter(res, w)
+		}
+		b := append(make([]byte, 0, 256), `{"ok":true,"lease":`...)
+		b = appendLease(b, res.name, own)
+		return Result{Status: 200, Answer: append(b, '}')}
+	}
+	holders := make([]string, 0, nconf)
+	for _, l := range res.leases {
+		if l.holder != c.ActorDid && res.conflicts(mode, l.mode) {
+			holders = append(holders, l.holder)
+		}
+	}
+	if cycle := m.findCycle(res, mode, c.ActorDid); cycle != nil {
+		return m.deadlock(c.ActorDid, res.name, cycle)
+	}
+	m.changed = true
+	w := res.waiterOf(c.ActorDid)
+	if w == nil {
+		m.seq++
+		w = &waiter{actor: c.ActorDid, mode: mode, since: m.now, seq: m.seq, lastAsk: m.now}
+		w.timer = timer{at: m.now + WaiterTTLMs, res: res, waiter: w}
+		res.waiters = append(res.waiters, w)
+		a.waits = append(a.waits, w)
+		m.timers.push(&w.timer)
+	} else {
+		w.mode = mode
+		w.lastAsk = m.now
+		w.at = m.now + WaiterTTLMs
+		m.timers.fix(&w.timer)
+	}
+	waitMs := BackoffMs(len(res.waiters))
+	b := append(make([]byte, 0, 256), `{"ok":false,"reason":"lease_held","holder":`...)
+	b = appendString(b, holders[0])
+	b = append(b, `,"holders":`...)
+	b = appendStrings(b, holders)
+	b = append(b, `,"stampede":{"admitted":[`...)
+	for i, q := range res.waiters {
+		if i == MaxAdmitted {
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, q.actor)
+	}
+	b = append(b, `],"waitMs":`...)
+	b = appendInt(b, waitMs)
+	b = append(b, `},"error":`...)
+	b = appendString(b, res.name+" is held by "+holders[0]+"; retry after waitMs")
+	b = append(b, '}')
+	return Result{Status: 409, RetryAfterSec: int((waitMs + 999) / 1000), Answer: b}
+}
+
+// BackoffMs is stampede.waitMs for n waiters: min(800, 25 × 2^n).
+func BackoffMs(n int) int64 {
+	if n >= 5 {
+		return MaxWaitMs
+	}
+	w := int64(BaseWaitMs) << uint(n)
+	if w > MaxWaitMs {
+		return MaxWaitMs
+	}
+	return w
+}
+
+func suspendedResult(did string) Result {
+	b := append([]byte(nil), `{"ok":false,"reason":"suspended","actorDid":`...)
+	b = appendString(b, did)
+	b = append(b, `,"error":`...)
+	b = appendString(b, did+" is suspended by an operator")
+	return Result{Status: 403, Answer: append(b, '}')}
+}
+
+// findCycle follows wait-for edges from the holders of res that conflict
+// with mode (holder → resource it waits on → that resource's conflicting
+// holders → …) and returns the loop back to actor, or nil. The loop starts
+// with actor and res and alternates agents and resources. Each agent and
+// each (resource, mode) is expanded at most once, so the cost grows with the
+// edges reachable.
+func (m *Machine) findCycle(res *resource, mode, actor string) []string {
+	type frame struct {
+		agent  string
+		parent int // index of the frame that led here, -1 for roots
+		via    string
+	}
+	var frames []frame
+	seen := map[string]bool{actor: true}
+	for _, l := range res.leases {
+		if l.holder != actor && res.conflicts(mode, l.mode) && !seen[l.holder] {
+			seen[l.holder] = true
+			frames = append(frames, frame{agent: l.holder, parent: -1})
+		}
+	}
+	// Breadth-first: frames is the queue; the first loop found is among the
+	// shortest, and the order is fixed by grant and wait order.
+	for i := 0; i < len(frames); i++ {
+		a := m.agents[frames[i].agent]
+		if a == nil {
+			continue
+		}
+		for _, w := range a.waits {
+			wres := w.res
+			for _, l := range wres.leases {
+				if l.holder == a.did || !wres.conflicts(w.mode, l.mode) {
+					continue
+				}
+				if l.holder == actor {
+					// Found: rebuild the path from the root.
+					var rev []string
+					rev = append(rev, wres.name, a.did)
+					for j := i; frames[j].parent >= 0; j = frames[j].parent {
+						rev = append(rev, frames[j].via, frames[frames[j].parent].agent)
+					}
+					cycle := []string{actor, res.name}
+					for k := len(rev) - 1; k >= 0; k-- {
+						cycle = append(cycle, rev[k])
+					}
+					return cycle
+				}
+				if !seen[l.holder] {
+					seen[l.holder] = true
+					frames = append(frames, frame{agent: l.holder, parent: i, via: wres.name})
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Machine) deadlock(actor, resName string, cycle []string) Result {
+	holder, waitingOn := cycle[2], cycle[3]
+	m.changed = true
+	found := false
+	for i := range m.deadlocks {
+		d := &m.deadlocks[i]
+		if d.actor == actor && d.resource == resName {
+			*d = deadlockPair{actor, resName, holder, waitingOn, m.now}
+			found = true
+		}
+	}
+	if !found {
+		m.deadlocks = append(m.deadlocks, deadlockPair{actor, resName, holder, waitingOn, m.now})
+	}
+	b := append(make([]byte, 0, 256), `{"ok":false,"reason":"deadlock","holder":`...)
+	b = appendString(b, holder)
+	b = append(b, `,"waitingOn":`...)
+	b = appendString(b, waitingOn)
+	b = append(b, `,"cycle":`...)
+	b = appendStrings(b, cycle)
+	b = append(b, `,"error":`...)
+	b = appendString(b, "granting "+resName+" would close a wait cycle: "+holder+" holds it and waits on "+waitingOn+"; release what you hold and retry")
+	b = append(b, '}')
+	return Result{Status: 409, RetryAfterSec: 1, Answer: b}
+}
+
+func (m *Machine) dropWaiter(res *resource, w *waiter) {
+	m.changed = true
+	if i := slices.Index(res.waiters, w); i >= 0 {
+		res.waiters = slices.Delete(res.waiters, i, i+1)
+	}
+	if a := m.agents[w.actor]; a != nil {
+		if i := slices.Index(a.waits, w); i >= 0 {
+			a.waits = slices.Delete(a.waits, i, i+1)
+		}
+	}
+	if w.idx >= 0 {
+		m.timers.remove(&w.timer)
+	}
+}
+
+func removeLease(ls []*lease, l *lease) []*lease {
+	if i := slices.Index(ls, l); i >= 0 {
+		return slices.Delete(ls, i, i+1)
+	}
+	return ls
+}
+
+func (m *Machine) release(c Command) Result {
+	res := m.resources[c.Resource]
+	var own *lease
+	if res != nil {
+		own = res.leaseOf(c.ActorDid)
+	}
+	if c.HasLeaseID && (own == nil || own.id != c.LeaseID) {
+		b := append([]byte(nil), `{"ok":false,"reason":"stale_lease","leaseId":`...)
+		b = appendString(b, c.LeaseID)
+		b = append(b, `,"error":`...)
+		b = appendString(b, "leaseId is not a live lease of "+c.ActorDid+" on "+c.Resource)
+		return Result{Status: 409, Answer: append(b, '}')}
+	}
+	b := append(make([]byte, 0, 64), `{"ok":true,"released":`...)
+	if own == nil {
+		b = append(b, `false,"releasedIds":[]`...)
+	} else {
+		m.changed = true
+		res.leases = removeLease(res.leases, own)
+		m.timers.remove(&own.timer)
+		m.agents[own.holder].trust2 += releaseTrust2
+		m.event("coordination.release", m.now, res.name, own.holder, own, releaseTrust2)
+		b = append(b, `true,"releasedIds":[`...)
+		b = appendString(b, own.id)
+		b = append(b, ']')
+	}
+	if res != nil {
+		if w := res.waiterOf(c.ActorDid); w != nil {
+			m.dropWaiter(res, w)
+		}
+	}
+	return Result{Status: 200, Answer: append(b, '}')}
+}
+
+func (m *Machine) suspend(did string) Result {
+	a := m.agentFor(did)
+	if !a.suspended {
+		a.suspended = true
+		m.changed = true
+	}
+	var names []string
+	for name, res := range m.resources {
+		if res.leaseOf(did) != nil {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	m.event("operator.suspend", m.now, "", did, nil, 0)
+	var ids []string
+	for _, name := range names {
+		res := m.resources[name]
+		l := res.leaseOf(did)
+		res.leases = removeLease(res.leases, l)
+		m.timers.remove(&l.timer)
+		ids = append(ids, l.id)
+		m.event("coordination.revoke", m.now, res.name, did, l, 0)
+	}
+	for len(a.waits) > 0 {
+		w := a.waits[0]
+		m.dropWaiter(w.res, w)
+	}
+	b := append([]byte(nil), `{"ok":true,"actorDid":`...)
+	b = appendString(b, did)
+	b = append(b, `,"suspended":true,"revokedIds":`...)
+	if ids == nil {
+		ids = []string{}
+	}
+	b = appendStrings(b, ids)
+	return Result{Status: 200, Answer: append(b, '}')}
+}
+
+func (m *Machine) resume(did string) Result {
+	if a := m.agents[did]; a != nil && a.suspended {
+		a.suspended = false
+		m.changed = true
+		m.event("operator.resume", m.now, "", did, nil, 0)
+	}
+	b := append([]byte(nil), `{"ok":true,"actorDid":`...)
+	b = appendString(b, did)
+	return Result{Status: 200, Answer: append(b, `,"suspended":false}`...)}
+}
+
+// event appends one event to the command's list. l is nil for operator
+// events, which carry no resource or lease.
+func (m *Machine) event(typ string, at int64, res, actor string, l *lease, trust2 int64) {
+	b := m.events
+	if m.nevents > 0 {
+		b = append(b, ',')
+	}
+	m.nevents++
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","atMs":`...)
+	b = appendInt(b, at)
+	if l != nil {
+		b = append(b, `,"resource":`...)
+		b = appendString(b, res)
+	}
+	b = append(b, `,"actorDid":`...)
+	b = appendString(b, actor)
+	if l != nil {
+		b = append(b, `,"leaseId":`...)
+		b = appendString(b, l.id)
+		b = append(b, `,"fence":`...)
+		b = appendInt(b, l.fence)
+		b = append(b, `,"mode":"`...)
+		b = append(b, l.mode...)
+		b = append(b, `","expiresAtMs":`...)
+		b = appendInt(b, l.at)
+		b = append(b, `,"trustDelta":`...)
+		b = appendHalves(b, trust2)
+	}
+	m.events = append(b, '}')
+}
+
+func appendLease(b []byte, res string, l *lease) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, l.id)
+	b = append(b, `,"resource":`...)
+	b = appendString(b, res)
+	b = append(b, `,"holder":`...)
+	b = appendString(b, l.holder)
+	b = append(b, `,"mode":"`...)
+	b = append(b, l.mode...)
+	b = append(b, `","fence":`...)
+	b = appendInt(b, l.fence)
+	b = append(b, `,"grantedAtMs":`...)
+	b = appendInt(b, l.grantedAt)
+	b = append(b, `,"expiresAtMs":`...)
+	b = appendInt(b, l.at)
+	return append(b, '}')
+}
+
+// activeResources lists resources with holders or waiters, by name.
+func (m *Machine) activeResources() []*resource {
+	var out []*resource
+	for _, res := range m.resources {
+		if len(res.leases) > 0 || len(res.waiters) > 0 {
+			out = append(out, res)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+func (m *Machine) waitAnswer() []byte {
+	b := append(make([]byte, 0, 512), `{"ok":true,"nowMs":`...)
+	b = appendInt(b, m.now)
+	b = append(b, `,"queues":[`...)
+	for i, res := range m.activeResources() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"resource":`...)
+		b = appendString(b, res.name)
+		if res.shared {
+			b = append(b, `,"class":"read-shared","holders":[`...)
+		} else {
+			b = append(b, `,"class":"exclusive","holders":[`...)
+		}
+		for j, l := range res.leases {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendLease(b, res.name, l)
+		}
+		b = append(b, `],"waiters":[`...)
+		for j, w := range res.waiters {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"actorDid":`...)
+			b = appendString(b, w.actor)
+			b = append(b, `,"mode":"`...)
+			b = append(b, w.mode...)
+			b = append(b, `","admitted":`...)
+			b = strconv.AppendBool(b, j < MaxAdmitted)
+			b = append(b, `,"sinceMs":`...)
+			b = appendInt(b, w.since)
+			b = append(b, `,"lapsesAtMs":`...)
+			b = appendInt(b, w.at)
+			b = append(b, '}')
+		}
+		b = append(b, "]}"...)
+	}
+	b = append(b, `],"deadlocks":[`...)
+	for i, d := range m.deadlocks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"actorDid":`...)
+		b = appendString(b, d.actor)
+		b = append(b, `,"resource":`...)
+		b = appendString(b, d.resource)
+		b = append(b, `,"holder":`...)
+		b = appendString(b, d.holder)
+		b = append(b, `,"waitingOn":`...)
+		b = appendString(b, d.waitingOn)
+		b = append(b, `,"atMs":`...)
+		b = appendInt(b, d.at)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+func (m *Machine) tickAnswer() []byte {
+	b := append([]byte(nil), `{"ok":true,"nowMs":`...)
+	b = appendInt(b, m.now)
+	b = append(b, `,"nextAlarmMs":`...)
+	if at, ok := m.NextAlarm(); ok {
+		b = appendInt(b, at)
+	} else {
+		b = append(b, "null"...)
+	}
+	return append(b, '}')
+}
+
+// TrustJSON is every known agent's trust score as a JSON object, by DID.
+func (m *Machine) TrustJSON() []byte {
+	dids := make([]string, 0, len(m.agents))
+	for d := range m.agents {
+		dids = append(dids, d)
+	}
+	sort.Strings(dids)
+	b := append(make([]byte, 0, 32*len(dids)+2), '{')
+	for i, d := range dids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, d)
+		b = append(b, ':')
+		b = appendHalves(b, m.agents[d].trust2)
+	}
+	return append(b, '}')
+}
