@@ -100,3 +100,7 @@ type Factory interface {
 	// Name is "native" or "wasm".
 	Name() string
 }
+
+// Version is the kernel's semantic version; hosts show it beside their
+// build hash.
+const Version = "0.1.0"
