@@ -1,0 +1,153 @@
+package scenario
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// Random returns a random scenario (as JSON) drawn from seed: a small cast
+// of agents and resources, a mix of every operation, times that mostly move
+// forward in small and 30-second-scale steps (and sometimes jump back or
+// land exactly on an expiry), and some invalid steps. The same seed gives
+// the same bytes.
+func Random(seed int64) []byte {
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32^0x9e3779b97f4a7c15))
+	nAgents := 2 + rng.IntN(5)
+	nRes := 1 + rng.IntN(4)
+	agents := make([]string, nAgents)
+	for i := range agents {
+		agents[i] = "did:web:acme.example:agent:a" + strconv.Itoa(i)
+	}
+	resources := make([]string, nRes)
+	for i := range resources {
+		if rng.IntN(3) == 0 {
+			resources[i] = "file:r" + strconv.Itoa(i)
+		} else {
+			resources[i] = "lock:r" + strconv.Itoa(i)
+		}
+	}
+	type step map[string]any
+	var rules any = map[string]any{"readShared": []string{"file:"}}
+	if rng.IntN(4) == 0 {
+		rules = map[string]any{"readShared": []string{}}
+	}
+	modes := []string{"", "read", "write", "delete", "read", "read"}
+	nSteps := 1 + rng.IntN(40)
+	steps := make([]step, 0, nSteps)
+	now := int64(1000 + rng.IntN(5000))
+	var times []int64
+	for range nSteps {
+		switch p := rng.IntN(100); {
+		case p < 55:
+			now += int64(rng.IntN(3000))
+		case p < 70:
+			now += int64(25000 + rng.IntN(10000))
+		case p < 80 && len(times) > 0:
+			now = times[rng.IntN(len(times))] + kernel.LeaseTTLMs // exactly on an expiry
+		case p < 85:
+			now -= int64(rng.IntN(5000)) // the host's clock jumps back
+			if now < 0 {
+				now = 0
+			}
+		}
+		times = append(times, now)
+		a := agents[rng.IntN(nAgents)]
+		r := resources[rng.IntN(nRes)]
+		s := step{"atMs": now}
+		switch p := rng.IntN(100); {
+		case p < 55:
+			s["op"] = "acquire"
+			s["resource"], s["actorDid"] = r, a
+			if m := modes[rng.IntN(len(modes))]; m != "" {
+				s["mode"] = m
+			}
+			if rng.IntN(10) == 0 {
+				s["ttlMs"] = rng.IntN(100000)
+			}
+		case p < 75:
+			s["op"] = "release"
+			s["resource"], s["actorDid"] = r, a
+			if rng.IntN(3) == 0 {
+				s["leaseId"] = kernel.LeaseID(r, int64(1+rng.IntN(4)))
+			}
+		case p < 82:
+			s["op"] = "wait"
+		case p < 90:
+			s["op"] = "tick"
+		case p < 93:
+			s["op"] = "suspend"
+			s["actorDid"] = a
+		case p < 96:
+			s["op"] = "resume"
+			s["actorDid"] = a
+		default:
+			s = invalidStep(rng, now, r, a)
+		}
+		steps = append(steps, s)
+	}
+	b, err := json.Marshal(map[string]any{"rules": rules, "steps": steps})
+	if err != nil {
+		panic("scenario.Random: " + err.Error()) // only plain values above
+	}
+	return b
+}
+
+func invalidStep(rng *rand.Rand, now int64, r, a string) map[string]any {
+	s := map[string]any{"atMs": now, "op": "acquire", "resource": r, "actorDid": a}
+	switch rng.IntN(8) {
+	case 0:
+		delete(s, "resource")
+	case 1:
+		s["actorDid"] = "agent-without-did"
+	case 2:
+		s["mode"] = "exclusive"
+	case 3:
+		s["resource"] = 42
+	case 4:
+		s["op"] = "grab"
+	case 5:
+		s["atMs"] = -1
+	case 6:
+		s["leaseId"] = "lease_x" // acquire does not take leaseId
+	case 7:
+		s["resource"] = "bad\nname"
+	}
+	return s
+}
+
+// Shrink returns a smaller scenario for which fails still holds: it drops
+// runs of steps (halving the run length down to single steps) while the
+// failure persists. fails must be deterministic. A scenario that does not
+// parse is returned unchanged.
+func Shrink(scenario []byte, fails func([]byte) bool) []byte {
+	var s struct {
+		Rules json.RawMessage   `json:"rules"`
+		Steps []json.RawMessage `json:"steps"`
+	}
+	if json.Unmarshal(scenario, &s) != nil {
+		return scenario
+	}
+	encode := func(steps []json.RawMessage) []byte {
+		b, _ := json.Marshal(struct {
+			Rules json.RawMessage   `json:"rules,omitempty"`
+			Steps []json.RawMessage `json:"steps"`
+		}{s.Rules, steps})
+		return b
+	}
+	best := scenario
+	steps := s.Steps
+	for chunk := len(steps) / 2; chunk >= 1; chunk /= 2 {
+		for i := 0; i+chunk <= len(steps); {
+			try := append(append([]json.RawMessage(nil), steps[:i]...), steps[i+chunk:]...)
+			if b := encode(try); fails(b) {
+				steps, best = try, b
+				continue
+			}
+			i += chunk
+		}
+	}
+	return best
+}
