@@ -1,0 +1,309 @@
+// Package client is a small typed Go client of the lease plane's REST API
+// (SPEC.md "HTTP"): acquire, release and wait, authenticated with a
+// workspace or agent key sent as a Bearer token.
+//
+// Call is the raw seam (the MCP server wraps it): it sends one operation's
+// JSON body and gives back the HTTP status and the answer body. A transport
+// failure (no connection, a cut response, a cancelled context) is an error;
+// an HTTP refusal (409 lease_held, 401 unauthorized, 503 unavailable, ...)
+// is an answer, not an error. Acquire, Release and Wait decode answers into
+// Go types.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// Route paths of SPEC.md "HTTP".
+const (
+	PathLease   = "/api/v1/acp/coordination/lease"
+	PathRelease = "/api/v1/acp/coordination/release"
+	PathWait    = "/api/v1/acp/coordination/wait"
+)
+
+// MaxAnswerBytes bounds an answer body; a longer one is a transport error.
+const MaxAnswerBytes = 16 << 20
+
+// Client talks to one lease plane with one key. It is safe for concurrent
+// use when its http.Client is.
+type Client struct {
+	base string
+	key  string
+	hc   *http.Client
+}
+
+// New returns a client of the plane at baseURL (such as
+// "http://127.0.0.1:8080") that sends key as its Bearer token (none when
+// key is empty). A nil hc means http.DefaultClient.
+func New(baseURL, key string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), key: key, hc: hc}
+}
+
+// BaseURL is the plane's address as given to New, without a trailing slash.
+func (c *Client) BaseURL() string { return c.base }
+
+// response is one HTTP exchange's outcome.
+type response struct {
+	status     int
+	retryAfter time.Duration
+	body       []byte
+}
+
+// Call sends op with body (the operation's JSON; ignored for wait) and
+// returns the HTTP status and the answer body. Only acquire, release and
+// wait have REST routes; any other op is an error, as is a transport
+// failure. A refusal is an answer: err is nil and status says what it was.
+func (c *Client) Call(ctx context.Context, op kernel.Op, body []byte) (status int, answer []byte, err error) {
+	r, err := c.do(ctx, op, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	return r.status, r.body, nil
+}
+
+func (c *Client) do(ctx context.Context, op kernel.Op, body []byte) (response, error) {
+	var method, path string
+	switch op {
+	case kernel.OpAcquire:
+		method, path = http.MethodPost, PathLease
+	case kernel.OpRelease:
+		method, path = http.MethodPost, PathRelease
+	case kernel.OpWait:
+		method, path = http.MethodGet, PathWait
+		body = nil
+	default:
+		return response{}, fmt.Errorf("leaseplane client: op %q has no REST route (want acquire, release or wait)", op)
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return response{}, fmt.Errorf("leaseplane client: %s: %w", op, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return response{}, fmt.Errorf("leaseplane client: %s %s: %w", method, c.base+path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+	if err != nil {
+		return response{}, fmt.Errorf("leaseplane client: reading the answer of %s %s: %w", method, c.base+path, err)
+	}
+	if len(b) > MaxAnswerBytes {
+		return response{}, fmt.Errorf("leaseplane client: the answer of %s %s is over %d bytes", method, c.base+path, MaxAnswerBytes)
+	}
+	r := response{status: resp.StatusCode, body: b}
+	if s := resp.Header.Get("Retry-After"); s != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
+			r.retryAfter = time.Duration(n) * time.Second
+		}
+	}
+	return r, nil
+}
+
+// Lease is a granted lease.
+type Lease struct {
+	ID          string `json:"id"`
+	Resource    string `json:"resource"`
+	Holder      string `json:"holder"`
+	Mode        string `json:"mode"`
+	Fence       int64  `json:"fence"`
+	GrantedAtMs int64  `json:"grantedAtMs"`
+	ExpiresAtMs int64  `json:"expiresAtMs"`
+}
+
+// Stampede is the back-off advice of a lease_held refusal.
+type Stampede struct {
+	Admitted []string `json:"admitted"`
+	WaitMs   int64    `json:"waitMs"`
+}
+
+// Answer is the decoded answer of acquire or release: a grant, a release,
+// or a refusal. Fields an answer does not carry are zero.
+type Answer struct {
+	// Status is the HTTP status; RetryAfter the Retry-After header, if any.
+	Status     int           `json:"-"`
+	RetryAfter time.Duration `json:"-"`
+	// Raw is the answer body exactly as the plane sent it.
+	Raw []byte `json:"-"`
+
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+
+	// acquire granted
+	Lease *Lease `json:"lease,omitempty"`
+	// acquire refused lease_held or deadlock
+	Holder    string    `json:"holder,omitempty"`
+	Holders   []string  `json:"holders,omitempty"`
+	Stampede  *Stampede `json:"stampede,omitempty"`
+	WaitingOn string    `json:"waitingOn,omitempty"`
+	Cycle     []string  `json:"cycle,omitempty"`
+	// release
+	Released    bool     `json:"released,omitempty"`
+	ReleasedIDs []string `json:"releasedIds,omitempty"`
+	// stale_lease
+	LeaseID string `json:"leaseId,omitempty"`
+}
+
+// Refusal describes a refused answer in one line, for people.
+func (a *Answer) Refusal() string {
+	if a.OK {
+		return ""
+	}
+	reason := a.Reason
+	if reason == "" {
+		reason = "refused"
+	}
+	s := fmt.Sprintf("%s (HTTP %d)", reason, a.Status)
+	if a.Error != "" {
+		s += ": " + a.Error
+	}
+	return s
+}
+
+// WaitAnswer is the decoded answer of wait.
+type WaitAnswer struct {
+	Status int    `json:"-"`
+	Raw    []byte `json:"-"`
+
+	OK        bool       `json:"ok"`
+	Reason    string     `json:"reason,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	NowMs     int64      `json:"nowMs"`
+	Queues    []Queue    `json:"queues"`
+	Deadlocks []Deadlock `json:"deadlocks"`
+}
+
+// Queue is one resource's holders and waiters.
+type Queue struct {
+	Resource string   `json:"resource"`
+	Class    string   `json:"class"`
+	Holders  []Lease  `json:"holders"`
+	Waiters  []Waiter `json:"waiters"`
+}
+
+// Waiter is an agent waiting on a resource.
+type Waiter struct {
+	ActorDid   string `json:"actorDid"`
+	Mode       string `json:"mode"`
+	Admitted   bool   `json:"admitted"`
+	SinceMs    int64  `json:"sinceMs"`
+	LapsesAtMs int64  `json:"lapsesAtMs"`
+}
+
+// Deadlock is a deadlock refusal of the last 30 s.
+type Deadlock struct {
+	ActorDid  string `json:"actorDid"`
+	Resource  string `json:"resource"`
+	Holder    string `json:"holder"`
+	WaitingOn string `json:"waitingOn"`
+	AtMs      int64  `json:"atMs"`
+}
+
+// AcquireRequest is the body of acquire. Mode is read, write or delete;
+// empty means write.
+type AcquireRequest struct {
+	Resource string `json:"resource"`
+	ActorDid string `json:"actorDid"`
+	Mode     string `json:"mode,omitempty"`
+}
+
+// ReleaseRequest is the body of release. An empty LeaseID releases the
+// agent's lease on the resource, whichever it is.
+type ReleaseRequest struct {
+	Resource string `json:"resource"`
+	ActorDid string `json:"actorDid"`
+	LeaseID  string `json:"leaseId,omitempty"`
+}
+
+// ErrNotJSON wraps an answer body that is not the plane's JSON (a proxy's
+// HTML page, say).
+var ErrNotJSON = errors.New("answer is not a JSON object")
+
+// Acquire asks for (or renews) a lease. A refusal is an Answer with OK
+// false; err is a transport failure or an answer that is not JSON.
+func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Answer, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("leaseplane client: encoding acquire: %w", err)
+	}
+	return c.answer(ctx, kernel.OpAcquire, body)
+}
+
+// Release gives a lease back. A refusal is an Answer with OK false.
+func (c *Client) Release(ctx context.Context, req ReleaseRequest) (*Answer, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("leaseplane client: encoding release: %w", err)
+	}
+	return c.answer(ctx, kernel.OpRelease, body)
+}
+
+func (c *Client) answer(ctx context.Context, op kernel.Op, body []byte) (*Answer, error) {
+	r, err := c.do(ctx, op, body)
+	if err != nil {
+		return nil, err
+	}
+	a := &Answer{}
+	if err := decode(op, r, a); err != nil {
+		return nil, err
+	}
+	a.Status, a.RetryAfter, a.Raw = r.status, r.retryAfter, r.body
+	return a, nil
+}
+
+// Wait reads the queues and recent deadlocks.
+func (c *Client) Wait(ctx context.Context) (*WaitAnswer, error) {
+	r, err := c.do(ctx, kernel.OpWait, nil)
+	if err != nil {
+		return nil, err
+	}
+	w := &WaitAnswer{}
+	if err := decode(kernel.OpWait, r, w); err != nil {
+		return nil, err
+	}
+	w.Status, w.Raw = r.status, r.body
+	return w, nil
+}
+
+func decode(op kernel.Op, r response, v any) error {
+	t := bytes.TrimSpace(r.body)
+	if len(t) == 0 || t[0] != '{' {
+		return fmt.Errorf("leaseplane client: %s: HTTP %d: %w: %q", op, r.status, ErrNotJSON, clip(r.body))
+	}
+	if err := json.Unmarshal(t, v); err != nil {
+		return fmt.Errorf("leaseplane client: %s: HTTP %d: decoding the answer: %w", op, r.status, err)
+	}
+	return nil
+}
+
+func clip(b []byte) string {
+	if len(b) > 120 {
+		return string(b[:120]) + "..."
+	}
+	return string(b)
+}
