@@ -17,8 +17,15 @@ run: build
 	./$(BIN) serve --addr 127.0.0.1:8080 --data ./data
 
 # wasm builds the browser kernel (web/static) and the wasip1 kernel (wasm/wazero).
+# WASM_BUILD is a short hash of the kernel's sources and the Go version: it
+# changes whenever the kernel code does (leaseplane.version().build).
+WASM_BUILD = $(shell { $(GO) version; cat go.mod kernel/*.go kernel/scenario/*.go wasm/js/*.go; } | sha256sum | cut -c1-12)
+WASM_LDFLAGS = -s -w -X main.build=$(WASM_BUILD)
+
 wasm:
-	@echo "wasm: not yet built by this Makefile"
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='$(WASM_LDFLAGS)' -o web/static/leaseplane.wasm ./wasm/js
+	cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js
+	node wasm/js/compress.js web/static/leaseplane.wasm
 
 test: wasm check-generated check-imports test-go test-fuzz parity test-node test-browser
 	@echo "make test: all suites passed"

@@ -1,0 +1,207 @@
+//go:build js && wasm
+
+// Command js is the kernel built for browsers and Node (GOOS=js
+// GOARCH=wasm). Loaded with Go's wasm_exec.js, it installs
+// globalThis.leaseplane:
+//
+//	replay(scenarioJson: string) -> string
+//	    the transcript, byte for byte what `leaseplane replay` prints
+//	    (kernel/scenario.Replay through kernel.Native); an invalid scenario
+//	    throws an Error whose message names the problem.
+//	version() -> {kernel: string, build: string}
+//	    the kernel's semantic version and a short hash of the sources this
+//	    file was built from (set by `make wasm`).
+//	newMachine(rulesJson: string) -> Machine      (throws on invalid rules)
+//	restore(snapshotJson: string) -> Machine      (throws on a bad snapshot)
+//	    a live kernel for stepping one command at a time (the playground).
+//
+// A Machine has step(stepJson) -> string ({"answer":...,"events":[...]},
+// the same bytes as kernel.Result's Answer and Events), trust() -> string,
+// snapshot() -> string, nextAlarm() -> number|null and close(). After
+// close every method throws.
+//
+// Go functions cannot throw into JavaScript, so each throwing method is a
+// Go function that returns either its result or an {error: message}
+// object, wrapped by a two-line JavaScript function (made once with the
+// Function constructor) that throws new Error(message) for the latter.
+package main
+
+import (
+	"runtime/debug"
+
+	"syscall/js"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/scenario"
+)
+
+// build is the short source hash; make wasm sets it with -ldflags -X.
+var build string
+
+// closedMethod replaces a closed machine's methods: it throws.
+var closedMethod js.Value
+
+// throwing turns a Go function that returns a value or {error: msg} into a
+// JavaScript function that returns the value or throws Error(msg).
+var throwing js.Value
+
+func main() {
+	throwing = js.Global().Get("Function").New("impl", `return function() {
+  const r = impl.apply(this, arguments);
+  if (r !== null && typeof r === "object" && typeof r.__leaseplaneError === "string") throw new Error(r.__leaseplaneError);
+  return r;
+};`)
+	closedMethod = js.Global().Get("Function").New(`throw new Error("leaseplane: machine is closed");`)
+	api := js.Global().Get("Object").New()
+	api.Set("replay", wrap(func(args []js.Value) any {
+		in, err := stringArg(args, 0, "replay(scenarioJson)")
+		if err != nil {
+			return errValue(err.Error())
+		}
+		out, err := scenario.Replay(kernel.Native, []byte(in))
+		if err != nil {
+			return errValue(err.Error())
+		}
+		return string(out)
+	}))
+	api.Set("version", js.FuncOf(func(js.Value, []js.Value) any {
+		return map[string]any{"kernel": kernel.Version, "build": buildHash()}
+	}))
+	api.Set("newMachine", wrap(func(args []js.Value) any {
+		rules := ""
+		if len(args) > 0 && args[0].Type() != js.TypeUndefined && args[0].Type() != js.TypeNull {
+			s, err := stringArg(args, 0, "newMachine(rulesJson)")
+			if err != nil {
+				return errValue(err.Error())
+			}
+			rules = s
+		}
+		e, err := kernel.Native.New([]byte(rules))
+		if err != nil {
+			return errValue("newMachine: " + err.Error())
+		}
+		return machineObject(e)
+	}))
+	api.Set("restore", wrap(func(args []js.Value) any {
+		s, err := stringArg(args, 0, "restore(snapshotJson)")
+		if err != nil {
+			return errValue(err.Error())
+		}
+		e, err := kernel.Native.Restore([]byte(s))
+		if err != nil {
+			return errValue("restore: " + err.Error())
+		}
+		return machineObject(e)
+	}))
+	js.Global().Set("leaseplane", api)
+	select {}
+}
+
+// machineObject exposes one engine to JavaScript.
+func machineObject(e kernel.Engine) js.Value {
+	obj := js.Global().Get("Object").New()
+	var funcs []js.Func
+	var names []string
+	closed := false
+	method := func(name string, f func(args []js.Value) any) {
+		fn := js.FuncOf(func(_ js.Value, args []js.Value) any {
+			if closed {
+				return errValue(name + ": machine is closed")
+			}
+			return f(args)
+		})
+		funcs = append(funcs, fn)
+		names = append(names, name)
+		obj.Set(name, throwing.Invoke(fn))
+	}
+	method("step", func(args []js.Value) any {
+		s, err := stringArg(args, 0, "step(stepJson)")
+		if err != nil {
+			return errValue(err.Error())
+		}
+		res, err := e.Step([]byte(s))
+		if err != nil {
+			return errValue("step: " + err.Error())
+		}
+		out := make([]byte, 0, len(res.Answer)+len(res.Events)+24)
+		out = append(out, `{"answer":`...)
+		out = append(out, res.Answer...)
+		out = append(out, `,"events":`...)
+		out = append(out, res.Events...)
+		out = append(out, '}')
+		return string(out)
+	})
+	method("trust", func([]js.Value) any {
+		b, err := e.Trust()
+		if err != nil {
+			return errValue("trust: " + err.Error())
+		}
+		return string(b)
+	})
+	method("snapshot", func([]js.Value) any {
+		b, err := e.Snapshot()
+		if err != nil {
+			return errValue("snapshot: " + err.Error())
+		}
+		return string(b)
+	})
+	method("nextAlarm", func([]js.Value) any {
+		at, ok, err := e.NextAlarm()
+		if err != nil {
+			return errValue("nextAlarm: " + err.Error())
+		}
+		if !ok {
+			return nil
+		}
+		return float64(at)
+	})
+	method("close", func([]js.Value) any {
+		closed = true
+		err := e.Close()
+		// Release the Go side of every method and put a JavaScript
+		// function that throws in its place, so a closed machine holds no
+		// Go memory and a late call throws instead of returning undefined.
+		for _, name := range names {
+			obj.Set(name, closedMethod)
+		}
+		for _, fn := range funcs {
+			fn.Release()
+		}
+		if err != nil {
+			return errValue("close: " + err.Error())
+		}
+		return nil
+	})
+	return obj
+}
+
+func wrap(f func(args []js.Value) any) js.Value {
+	return throwing.Invoke(js.FuncOf(func(_ js.Value, args []js.Value) any { return f(args) }))
+}
+
+func errValue(msg string) any { return map[string]any{"__leaseplaneError": msg} }
+
+type argError string
+
+func (e argError) Error() string { return string(e) }
+
+func stringArg(args []js.Value, i int, sig string) (string, error) {
+	if len(args) <= i || args[i].Type() != js.TypeString {
+		return "", argError(sig + ": argument " + string(rune('1'+i)) + " must be a string")
+	}
+	return args[i].String(), nil
+}
+
+func buildHash() string {
+	if build != "" {
+		return build
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return s.Value[:12]
+			}
+		}
+	}
+	return "dev"
+}
