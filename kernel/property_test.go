@@ -216,9 +216,15 @@ func checkSeed(t *testing.T, seed int64) {
 		t.Fatal(err)
 	}
 	rules, _ := kernel.ParseRules(s.Rules)
+	checkSteps(t, rules, s.Steps)
+}
+
+// checkSteps applies steps one at a time, checking each answer against
+// brute force and the state against the invariants.
+func checkSteps(t *testing.T, rules kernel.Rules, steps []json.RawMessage) {
 	m := kernel.New(rules)
 	maxFence := map[string]int64{}
-	for i, raw := range s.Steps {
+	for i, raw := range steps {
 		beforeBytes := m.Snapshot()
 		before := viewOf(t, m)
 		cmd, decErr := kernel.DecodeStep(raw)
