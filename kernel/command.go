@@ -155,6 +155,10 @@ func setField(c *Command, key string, v jsonValue) error {
 	case "actorDid":
 		c.ActorDid = v.str
 	case "mode":
+		if v.str == "" {
+			// Absent or null means write; an empty string is a mistake.
+			return errors.New("mode must be read, write or delete")
+		}
 		c.Mode = v.str
 	case "leaseId":
 		c.LeaseID, c.HasLeaseID = v.str, true

@@ -509,6 +509,9 @@ func (m *Machine) suspend(did string) Result {
 	if !a.suspended {
 		a.suspended = true
 		m.changed = true
+		// Only a change of state emits an event: suspending again is a no-op
+		// (a suspended agent holds and waits on nothing), like resume.
+		m.event("operator.suspend", m.now, "", did, nil, 0)
 	}
 	var names []string
 	for name, res := range m.resources {
@@ -517,7 +520,6 @@ func (m *Machine) suspend(did string) Result {
 		}
 	}
 	sort.Strings(names)
-	m.event("operator.suspend", m.now, "", did, nil, 0)
 	var ids []string
 	for _, name := range names {
 		res := m.resources[name]
