@@ -1,0 +1,133 @@
+package kernel_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+func reportCmds(b *testing.B, perOp int) {
+	b.ReportMetric(float64(b.N*perOp)/b.Elapsed().Seconds(), "cmds/s")
+}
+
+// BenchmarkAcquireRelease is one acquire and one release of a free
+// resource per iteration, through the typed API (answers and events are
+// still encoded).
+func BenchmarkAcquireRelease(b *testing.B) {
+	m := kernel.New(kernel.Rules{})
+	acq := kernel.Command{Op: kernel.OpAcquire, Resource: "lock:deploy/production", ActorDid: "did:web:acme.example:agent:release"}
+	rel := kernel.Command{Op: kernel.OpRelease, Resource: acq.Resource, ActorDid: acq.ActorDid}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		acq.NowMs, rel.NowMs = int64(i), int64(i)
+		if r := m.Apply(acq); r.Status != 200 {
+			b.Fatalf("%s", r.Answer)
+		}
+		m.Apply(rel)
+	}
+	reportCmds(b, 2)
+}
+
+// BenchmarkAcquireReleaseJSON is the same pair from REST bodies, the path
+// the server and the WebAssembly builds take.
+func BenchmarkAcquireReleaseJSON(b *testing.B) {
+	m := kernel.New(kernel.Rules{})
+	body := []byte(`{"resource":"lock:deploy/production","actorDid":"did:web:acme.example:agent:release"}`)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if r := m.ApplyJSON(kernel.OpAcquire, int64(i), body); r.Status != 200 {
+			b.Fatalf("%s", r.Answer)
+		}
+		m.ApplyJSON(kernel.OpRelease, int64(i), body)
+	}
+	reportCmds(b, 2)
+}
+
+// BenchmarkAcquireReleaseSpread spreads pairs over 10,000 resources and
+// 1,000 agents, so maps and the timer heap hold real sizes.
+func BenchmarkAcquireReleaseSpread(b *testing.B) {
+	m := kernel.New(kernel.Rules{})
+	var acq, rel []kernel.Command
+	for i := range 10000 {
+		res := "lock:r" + strconv.Itoa(i)
+		did := "did:web:acme.example:agent:" + strconv.Itoa(i%1000)
+		acq = append(acq, kernel.Command{Op: kernel.OpAcquire, Resource: res, ActorDid: did})
+		rel = append(rel, kernel.Command{Op: kernel.OpRelease, Resource: res, ActorDid: did})
+	}
+	// Half the resources stay held, so the heap is not empty.
+	for i := 0; i < len(acq); i += 2 {
+		m.Apply(acq[i])
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := 1 + 2*(i%(len(acq)/2))
+		a, r := acq[k], rel[k]
+		a.NowMs, r.NowMs = int64(i/100), int64(i/100)
+		m.Apply(a)
+		m.Apply(r)
+	}
+	reportCmds(b, 2)
+}
+
+// BenchmarkRenew renews one lease by acquiring again.
+func BenchmarkRenew(b *testing.B) {
+	m := kernel.New(kernel.Rules{})
+	acq := kernel.Command{Op: kernel.OpAcquire, Resource: "lock:deploy/production", ActorDid: "did:web:acme.example:agent:release"}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		acq.NowMs = int64(i)
+		m.Apply(acq)
+	}
+	reportCmds(b, 1)
+}
+
+// BenchmarkHerd50 is fifty agents asking for one held file, in a fresh
+// machine each iteration: one grant and 49 lease_held refusals.
+func BenchmarkHerd50(b *testing.B) {
+	var cmds []kernel.Command
+	for i := range 50 {
+		cmds = append(cmds, kernel.Command{Op: kernel.OpAcquire, NowMs: int64(1000 + i), Resource: "file:reports/q3.csv", ActorDid: fmt.Sprintf("did:web:acme.example:agent:%02d", i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m := kernel.New(kernel.Rules{})
+		for _, c := range cmds {
+			m.Apply(c)
+		}
+	}
+	reportCmds(b, 50)
+}
+
+// chain builds n agents where agent i holds r_i and waits on r_{i+1}.
+func chain(n int) *kernel.Machine {
+	m := kernel.New(kernel.Rules{})
+	did := func(i int) string { return "did:x:agent" + strconv.Itoa(i) }
+	res := func(i int) string { return "lock:r" + strconv.Itoa(i) }
+	for i := range n {
+		m.Apply(kernel.Command{Op: kernel.OpAcquire, NowMs: 1, Resource: res(i), ActorDid: did(i)})
+	}
+	for i := 0; i+1 < n; i++ {
+		m.Apply(kernel.Command{Op: kernel.OpAcquire, NowMs: 1, Resource: res(i + 1), ActorDid: did(i)})
+	}
+	return m
+}
+
+// BenchmarkDeadlockChain asks, as the last agent of an n-agent wait chain,
+// for the first agent's resource: the check walks the whole chain and
+// refuses deadlock. Cost should grow linearly with n.
+func BenchmarkDeadlockChain(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run("agents="+strconv.Itoa(n), func(b *testing.B) {
+			m := chain(n)
+			c := kernel.Command{Op: kernel.OpAcquire, NowMs: 2, Resource: "lock:r0", ActorDid: "did:x:agent" + strconv.Itoa(n-1)}
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := m.Apply(c); r.Status != 409 {
+					b.Fatalf("%s", r.Answer)
+				}
+			}
+		})
+	}
+}
