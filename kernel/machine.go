@@ -12,6 +12,7 @@ type Machine struct {
 	rules     Rules
 	now       int64
 	seq       uint64 // orders waiters across resources
+	epoch     uint64 // marks agents visited by the current cycle search
 	resources map[string]*resource
 	agents    map[string]*agent
 	timers    timerHeap
@@ -31,6 +32,7 @@ type resource struct {
 
 type lease struct {
 	timer
+	owner     *agent
 	id        string
 	holder    string
 	mode      string
@@ -40,6 +42,7 @@ type lease struct {
 
 type waiter struct {
 	timer
+	owner   *agent
 	actor   string
 	mode    string
 	since   int64
@@ -52,6 +55,7 @@ type agent struct {
 	trust2    int64 // trust score in half points
 	suspended bool
 	waits     []*waiter // in the order it began waiting (seq)
+	mark      uint64    // == Machine.epoch when the cycle search has seen it
 }
 
 type deadlockPair struct {
@@ -159,8 +163,7 @@ func (m *Machine) lapse() {
 			l := t.lease
 			res := t.res
 			res.leases = removeLease(res.leases, l)
-			a := m.agents[l.holder]
-			a.trust2 += expireTrust2
+			l.owner.trust2 += expireTrust2
 			m.event("coordination.expire", l.at, res.name, l.holder, l, expireTrust2)
 		} else {
 			w := t.waiter
@@ -281,6 +284,7 @@ func (m *Machine) acquire(c Command) Result {
 		} else {
 			res.fence++
 			own = &lease{
+				owner:     a,
 				id:        leaseID(res.name, res.fence),
 				holder:    c.ActorDid,
 				mode:      mode,
@@ -312,7 +316,7 @@ func (m *Machine) acquire(c Command) Result {
 	w := res.waiterOf(c.ActorDid)
 	if w == nil {
 		m.seq++
-		w = &waiter{actor: c.ActorDid, mode: mode, since: m.now, seq: m.seq, lastAsk: m.now}
+		w = &waiter{owner: a, actor: c.ActorDid, mode: mode, since: m.now, seq: m.seq, lastAsk: m.now}
 		w.timer = timer{at: m.now + WaiterTTLMs, res: res, waiter: w}
 		res.waiters = append(res.waiters, w)
 		a.waits = append(a.waits, w)
@@ -374,47 +378,44 @@ func suspendedResult(did string) Result {
 // edges reachable.
 func (m *Machine) findCycle(res *resource, mode, actor string) []string {
 	type frame struct {
-		agent  string
+		agent  *agent
 		parent int // index of the frame that led here, -1 for roots
-		via    string
+		via    *resource
 	}
+	m.epoch++
 	var frames []frame
-	seen := map[string]bool{actor: true}
 	for _, l := range res.leases {
-		if l.holder != actor && res.conflicts(mode, l.mode) && !seen[l.holder] {
-			seen[l.holder] = true
-			frames = append(frames, frame{agent: l.holder, parent: -1})
+		if l.holder != actor && res.conflicts(mode, l.mode) && l.owner.mark != m.epoch {
+			l.owner.mark = m.epoch
+			frames = append(frames, frame{agent: l.owner, parent: -1})
 		}
 	}
 	// Breadth-first: frames is the queue; the first loop found is among the
 	// shortest, and the order is fixed by grant and wait order.
 	for i := 0; i < len(frames); i++ {
-		a := m.agents[frames[i].agent]
-		if a == nil {
-			continue
-		}
+		a := frames[i].agent
 		for _, w := range a.waits {
 			wres := w.res
 			for _, l := range wres.leases {
-				if l.holder == a.did || !wres.conflicts(w.mode, l.mode) {
+				if l.owner == a || !wres.conflicts(w.mode, l.mode) {
 					continue
 				}
 				if l.holder == actor {
 					// Found: rebuild the path from the root.
-					var rev []string
-					rev = append(rev, wres.name, a.did)
+					rev := []string{wres.name, a.did}
 					for j := i; frames[j].parent >= 0; j = frames[j].parent {
-						rev = append(rev, frames[j].via, frames[frames[j].parent].agent)
+						rev = append(rev, frames[j].via.name, frames[frames[j].parent].agent.did)
 					}
-					cycle := []string{actor, res.name}
+					cycle := make([]string, 0, len(rev)+2)
+					cycle = append(cycle, actor, res.name)
 					for k := len(rev) - 1; k >= 0; k-- {
 						cycle = append(cycle, rev[k])
 					}
 					return cycle
 				}
-				if !seen[l.holder] {
-					seen[l.holder] = true
-					frames = append(frames, frame{agent: l.holder, parent: i, via: wres.name})
+				if l.owner.mark != m.epoch {
+					l.owner.mark = m.epoch
+					frames = append(frames, frame{agent: l.owner, parent: i, via: wres})
 				}
 			}
 		}
@@ -453,7 +454,7 @@ func (m *Machine) dropWaiter(res *resource, w *waiter) {
 	if i := slices.Index(res.waiters, w); i >= 0 {
 		res.waiters = slices.Delete(res.waiters, i, i+1)
 	}
-	if a := m.agents[w.actor]; a != nil {
+	if a := w.owner; a != nil {
 		if i := slices.Index(a.waits, w); i >= 0 {
 			a.waits = slices.Delete(a.waits, i, i+1)
 		}
@@ -490,7 +491,7 @@ func (m *Machine) release(c Command) Result {
 		m.changed = true
 		res.leases = removeLease(res.leases, own)
 		m.timers.remove(&own.timer)
-		m.agents[own.holder].trust2 += releaseTrust2
+		own.owner.trust2 += releaseTrust2
 		m.event("coordination.release", m.now, res.name, own.holder, own, releaseTrust2)
 		b = append(b, `true,"releasedIds":[`...)
 		b = appendString(b, own.id)

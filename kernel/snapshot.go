@@ -187,7 +187,8 @@ func Restore(b []byte) (*Machine, error) {
 		res := m.resourceFor(rs.Name)
 		res.fence = rs.Fence
 		for _, ls := range rs.Leases {
-			if m.agents[ls.Holder] == nil {
+			owner := m.agents[ls.Holder]
+			if owner == nil {
 				return nil, fmt.Errorf("restore: lease holder %q is not an agent", ls.Holder)
 			}
 			if ls.Fence < 1 || ls.Fence > rs.Fence {
@@ -196,7 +197,10 @@ func Restore(b []byte) (*Machine, error) {
 			if !validMode(ls.Mode) {
 				return nil, fmt.Errorf("restore: lease mode %q", ls.Mode)
 			}
-			l := &lease{id: leaseID(rs.Name, ls.Fence), holder: ls.Holder, mode: ls.Mode, fence: ls.Fence, grantedAt: ls.GrantedAtMs}
+			if res.leaseOf(ls.Holder) != nil {
+				return nil, fmt.Errorf("restore: %q holds two leases on %q", ls.Holder, rs.Name)
+			}
+			l := &lease{owner: owner, id: leaseID(rs.Name, ls.Fence), holder: ls.Holder, mode: ls.Mode, fence: ls.Fence, grantedAt: ls.GrantedAtMs}
 			l.timer = timer{at: ls.ExpiresAtMs, res: res, lease: l}
 			res.leases = append(res.leases, l)
 			m.timers.push(&l.timer)
@@ -209,7 +213,10 @@ func Restore(b []byte) (*Machine, error) {
 			if !validMode(ws.Mode) {
 				return nil, fmt.Errorf("restore: waiter mode %q", ws.Mode)
 			}
-			w := &waiter{actor: ws.ActorDid, mode: ws.Mode, since: ws.SinceMs, seq: ws.Seq, lastAsk: ws.LastAskMs}
+			if res.waiterOf(ws.ActorDid) != nil {
+				return nil, fmt.Errorf("restore: %q waits twice on %q", ws.ActorDid, rs.Name)
+			}
+			w := &waiter{owner: a, actor: ws.ActorDid, mode: ws.Mode, since: ws.SinceMs, seq: ws.Seq, lastAsk: ws.LastAskMs}
 			w.timer = timer{at: ws.LastAskMs + WaiterTTLMs, res: res, waiter: w}
 			res.waiters = append(res.waiters, w)
 			waits = append(waits, w)
