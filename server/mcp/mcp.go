@@ -1,0 +1,384 @@
+// Package mcp exposes the lease plane as Model Context Protocol tools:
+// coordination.lease.acquire, coordination.lease.release and
+// coordination.wait, over streamable HTTP (Handler, mounted at /mcp by
+// leaseplane serve) and over stdio (ServeStdio, run by leaseplane mcp).
+//
+// The tools are a thin skin over the REST path: every call goes through a
+// Backend, which is the server's own request path after HTTP parsing
+// (bearer key, the rule that an agent key names only itself, the kernel) or
+// a client of a running plane. A tool result carries the REST answer
+// byte for byte in structuredContent, with a text copy. A refusal
+// (lease_held, deadlock, stale_lease, suspended) is a normal result; bad
+// arguments, a missing or wrong key, an agent key naming another agent and
+// an unavailable plane are isError results with a message that says what
+// failed.
+//
+// This package is the only home of github.com/modelcontextprotocol/go-sdk
+// (DESIGN.md rule 2): nothing in its API exposes SDK types.
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// Backend runs one lease command on behalf of a bearer key: exactly what
+// the REST route does after parsing the HTTP request. status is the HTTP
+// status the REST route would answer and answer its JSON body; err is a
+// failure to reach a decision at all (a plane that cannot be reached).
+// *server.Server satisfies it; the stdio adapter over server/client ignores
+// key and sends its own.
+type Backend interface {
+	Call(ctx context.Context, key string, op kernel.Op, body []byte) (status int, answer []byte, err error)
+}
+
+// Options configure the MCP server. The zero value is usable.
+type Options struct {
+	// Version is reported as the server's version in the MCP handshake;
+	// empty means kernel.Version.
+	Version string
+	// Logger receives the SDK's logs; nil discards them.
+	Logger *slog.Logger
+	// AuthHint is appended to the message of an unauthorized result, to tell
+	// the agent's operator where the key comes from (the stdio server says
+	// "set LEASEPLANE_KEY").
+	AuthHint string
+}
+
+// Tool names, as clients call them.
+const (
+	ToolAcquire = "coordination.lease.acquire"
+	ToolRelease = "coordination.lease.release"
+	ToolWait    = "coordination.wait"
+)
+
+// refusals are the reasons that are decisions of the plane, returned as
+// normal tool results: the agent is expected to act on them.
+var refusals = map[string]bool{
+	kernel.ReasonLeaseHeld:  true,
+	kernel.ReasonDeadlock:   true,
+	kernel.ReasonStaleLease: true,
+	kernel.ReasonSuspended:  true,
+}
+
+const acquireDescription = `Ask the lease plane for a lease on a shared resource before you act on it.
+
+A lease is a short, exclusive claim: while you hold the lease on a resource (a deploy slot, a file, a cloud account, any name your team agrees on, such as "lock:deploy/production"), no other agent is granted it. Every lease lapses 30000 ms after it was granted or last renewed, so an agent that crashes never blocks the others for long.
+
+Arguments: resource (the name, 1-256 bytes), actorDid (your own DID, starting with "did:"; a key issued to an agent may only name that agent), ttlMs (optional, accepted for compatibility and dropped: every lease runs 30000 ms).
+
+Read "ok" in the result:
+- ok true: you hold the lease; "lease" has its id, fence (a counter you can pass downstream as a fencing token) and expiresAtMs. Do your work, then call coordination.lease.release. Calling acquire again while you hold it renews it for another 30000 ms.
+- reason "lease_held": another agent ("holder") has it and you are now queued. Wait stampede.waitMs milliseconds, then call acquire again; do not retry sooner, and do not act on the resource meanwhile.
+- reason "deadlock": granting would close a wait cycle ("cycle" lists the agents and resources around the loop). Release the leases you hold (at least the one on "waitingOn"'s path), then start over; waiting will never succeed.
+- reason "suspended": an operator has stopped you; stop and report to a person.`
+
+const releaseDescription = `Give back your lease on a resource as soon as you are done with it, so the next agent in the queue gets it without waiting for the lease to lapse.
+
+Arguments: resource and actorDid (your own DID, the one you acquired with). Releasing also takes you out of the resource's queue. Releasing a lease you do not hold is not an error: the result says released false and releasedIds is empty. A prompt release raises your trust score; a lease left to lapse lowers it.`
+
+const waitDescription = `Read the lease plane's queues: for every resource that is held or waited on, its holders (with lease ids and expiry times) and its waiters in queue order (admitted, sinceMs, lapsesAtMs), plus the deadlock refusals of the last 30000 ms. Takes no arguments and changes nothing.
+
+Use it to see who holds what before asking, or to find the agents you are waiting on. Waiters not admitted (beyond the first 8) should back off longer.`
+
+const instructions = `leaseplane coordinates agents that share resources. Before acting on a shared resource, call coordination.lease.acquire; act only when the result has ok true; call coordination.lease.release when done. On lease_held wait stampede.waitMs and ask again; on deadlock release what you hold.`
+
+// Output schemas: loose objects that every REST answer of the tool fits,
+// grants and refusals alike.
+var (
+	refusalProps = map[string]any{
+		"ok":     map[string]any{"type": "boolean", "description": "true when the plane granted or answered; false on a refusal or error"},
+		"reason": map[string]any{"type": "string", "description": "why ok is false: lease_held, deadlock, stale_lease, suspended, invalid_request, unauthorized, actor_mismatch, unavailable"},
+		"error":  map[string]any{"type": "string", "description": "a message for a human"},
+	}
+	leaseSchema = map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"id":          map[string]any{"type": "string"},
+			"resource":    map[string]any{"type": "string"},
+			"holder":      map[string]any{"type": "string"},
+			"mode":        map[string]any{"type": "string"},
+			"fence":       map[string]any{"type": "integer"},
+			"grantedAtMs": map[string]any{"type": "integer"},
+			"expiresAtMs": map[string]any{"type": "integer"},
+		},
+	}
+	stringArray = map[string]any{"type": "array", "items": map[string]any{"type": "string"}}
+)
+
+func objectSchema(props map[string]any) map[string]any {
+	all := map[string]any{}
+	for k, v := range refusalProps {
+		all[k] = v
+	}
+	for k, v := range props {
+		all[k] = v
+	}
+	return map[string]any{"type": "object", "properties": all, "required": []string{"ok"}}
+}
+
+var (
+	acquireOutput = objectSchema(map[string]any{
+		"lease":     leaseSchema,
+		"holder":    map[string]any{"type": "string", "description": "lease_held: the earliest-granted live holder; deadlock: the holder on the cycle"},
+		"holders":   stringArray,
+		"waitingOn": map[string]any{"type": "string"},
+		"cycle":     stringArray,
+		"stampede": map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"admitted": stringArray,
+				"waitMs":   map[string]any{"type": "integer", "description": "milliseconds to wait before asking again"},
+			},
+		},
+	})
+	releaseOutput = objectSchema(map[string]any{
+		"released":    map[string]any{"type": "boolean"},
+		"releasedIds": stringArray,
+	})
+	waitOutput = objectSchema(map[string]any{
+		"nowMs":     map[string]any{"type": "integer"},
+		"queues":    map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
+		"deadlocks": map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
+	})
+)
+
+var (
+	resourceArg = map[string]any{"type": "string", "description": "the resource's name, 1-256 bytes of UTF-8, e.g. lock:deploy/production"}
+	actorArg    = map[string]any{"type": "string", "description": "your own DID, e.g. did:web:acme.example:agent:release"}
+	ttlArg      = map[string]any{"type": "number", "description": "accepted and dropped: every lease runs 30000 ms"}
+)
+
+func inputSchema(props map[string]any, required ...string) map[string]any {
+	s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+
+// tool is one tool's definition and how its arguments become a REST body.
+type tool struct {
+	def  *sdk.Tool
+	op   kernel.Op
+	args []arg
+}
+
+// arg is one argument a tool takes.
+type arg struct {
+	name     string
+	kind     string // "string" or "number"
+	required bool
+	forward  bool // copied into the REST body
+}
+
+func boolp(b bool) *bool { return &b }
+
+func tools() []tool {
+	return []tool{
+		{
+			def: &sdk.Tool{
+				Name:         ToolAcquire,
+				Title:        "Acquire a lease",
+				Description:  acquireDescription,
+				InputSchema:  inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg, "ttlMs": ttlArg}, "resource", "actorDid"),
+				OutputSchema: acquireOutput,
+				Annotations:  &sdk.ToolAnnotations{Title: "Acquire a lease", DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
+			},
+			op: kernel.OpAcquire,
+			args: []arg{
+				{name: "resource", kind: "string", required: true, forward: true},
+				{name: "actorDid", kind: "string", required: true, forward: true},
+				{name: "ttlMs", kind: "number"},
+			},
+		},
+		{
+			def: &sdk.Tool{
+				Name:         ToolRelease,
+				Title:        "Release a lease",
+				Description:  releaseDescription,
+				InputSchema:  inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg}, "resource", "actorDid"),
+				OutputSchema: releaseOutput,
+				Annotations:  &sdk.ToolAnnotations{Title: "Release a lease", DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
+			},
+			op: kernel.OpRelease,
+			args: []arg{
+				{name: "resource", kind: "string", required: true, forward: true},
+				{name: "actorDid", kind: "string", required: true, forward: true},
+			},
+		},
+		{
+			def: &sdk.Tool{
+				Name:         ToolWait,
+				Title:        "Read the queues",
+				Description:  waitDescription,
+				InputSchema:  inputSchema(map[string]any{}),
+				OutputSchema: waitOutput,
+				Annotations:  &sdk.ToolAnnotations{Title: "Read the queues", ReadOnlyHint: true, OpenWorldHint: boolp(false)},
+			},
+			op: kernel.OpWait,
+		},
+	}
+}
+
+// body checks a tool call's arguments and builds the REST body: a JSON
+// object of the forwarded string arguments in the order the tool lists
+// them, or nil for a tool that forwards none. The error names the argument.
+func (t tool) body(raw json.RawMessage) ([]byte, error) {
+	var got map[string]json.RawMessage
+	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
+		if trimmed[0] != '{' {
+			return nil, fmt.Errorf("arguments must be a JSON object")
+		}
+		if err := json.Unmarshal(trimmed, &got); err != nil {
+			return nil, fmt.Errorf("arguments are not valid JSON: %v", err)
+		}
+	}
+	known := map[string]arg{}
+	var names []string
+	for _, a := range t.args {
+		known[a.name] = a
+		names = append(names, a.name)
+	}
+	var unknown []string
+	for k := range got {
+		if _, ok := known[k]; !ok {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		takes := "takes no arguments"
+		if len(names) > 0 {
+			takes = "takes only " + strings.Join(names, ", ")
+		}
+		return nil, fmt.Errorf("unknown argument %q: %s %s", unknown[0], t.def.Name, takes)
+	}
+	fields := map[string]string{}
+	var order []string
+	for _, a := range t.args {
+		v, present := got[a.name]
+		if present && bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			present = false
+		}
+		if !present {
+			if a.required {
+				return nil, fmt.Errorf("%s is required", a.name)
+			}
+			continue
+		}
+		switch a.kind {
+		case "string":
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, fmt.Errorf("%s must be a string", a.name)
+			}
+			if a.forward {
+				fields[a.name] = s
+				order = append(order, a.name)
+			}
+		case "number":
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil {
+				return nil, fmt.Errorf("%s must be a number", a.name)
+			}
+		}
+	}
+	if len(order) == 0 {
+		return nil, nil
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, name := range order {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(name)
+		v, _ := json.Marshal(fields[name])
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// answerFields are the parts of a REST answer that decide how a tool
+// result is shaped.
+type answerFields struct {
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+}
+
+// result turns a REST status and answer into a tool result.
+func result(status int, answer []byte, authHint string) *sdk.CallToolResult {
+	var f answerFields
+	if err := json.Unmarshal(answer, &f); err != nil || !json.Valid(answer) {
+		return errorResult(fmt.Sprintf("the lease plane answered HTTP %d with a body that is not JSON: %.200q", status, answer))
+	}
+	res := &sdk.CallToolResult{
+		Content:           []sdk.Content{&sdk.TextContent{Text: string(answer)}},
+		StructuredContent: json.RawMessage(answer),
+	}
+	if status == http.StatusOK || refusals[f.Reason] {
+		return res
+	}
+	res.IsError = true
+	msg := f.Reason
+	if msg == "" {
+		msg = fmt.Sprintf("HTTP %d", status)
+	}
+	if f.Error != "" {
+		msg += ": " + f.Error
+	}
+	if f.Reason == "unauthorized" && authHint != "" {
+		msg += " (" + authHint + ")"
+	}
+	res.Content = []sdk.Content{&sdk.TextContent{Text: msg}, &sdk.TextContent{Text: string(answer)}}
+	return res
+}
+
+// errorResult is an isError result with only a message.
+func errorResult(msg string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: msg}}}
+}
+
+// newServer builds the MCP server with the three tools; keyOf gives the
+// bearer key of one call.
+func newServer(b Backend, keyOf func(*sdk.CallToolRequest) string, o Options) *sdk.Server {
+	version := o.Version
+	if version == "" {
+		version = kernel.Version
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := sdk.NewServer(&sdk.Implementation{Name: "leaseplane", Title: "leaseplane lease plane", Version: version},
+		&sdk.ServerOptions{Instructions: instructions, Logger: logger})
+	for _, t := range tools() {
+		s.AddTool(t.def, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			body, err := t.body(req.Params.Arguments)
+			if err != nil {
+				return errorResult("invalid arguments to " + t.def.Name + ": " + err.Error()), nil
+			}
+			status, answer, err := b.Call(ctx, keyOf(req), t.op, body)
+			if err != nil {
+				return errorResult(fmt.Sprintf("%s: the lease plane gave no decision: %v", t.def.Name, err)), nil
+			}
+			return result(status, answer, o.AuthHint), nil
+		})
+	}
+	return s
+}
