@@ -231,7 +231,8 @@ func (res *resource) conflicts(asked, held string) bool {
 	return asked != "read" || held != "read"
 }
 
-// leaseID derives a lease's id from its resource and fence (FNV-1a, 64 bit).
+// leaseID derives a lease's id from its resource and fence (FNV-1a, 64
+// bit, then mixed).
 func leaseID(resource string, fence int64) string {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(resource); i++ {
@@ -247,6 +248,13 @@ func leaseID(resource string, fence int64) string {
 			break
 		}
 	}
+	// fmix64 (from MurmurHash3) spreads the last bytes over the whole id,
+	// so consecutive fences do not give look-alike ids.
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
 	var b [22]byte
 	copy(b[:], "lease_")
 	for i := 0; i < 16; i++ {
