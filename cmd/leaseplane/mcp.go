@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/client"
+	"github.com/leaseplane/leaseplane/server/mcp"
+)
+
+// defaultPlaneURL is where leaseplane mcp looks for the plane when
+// LEASEPLANE_URL is not set: the address of make run.
+const defaultPlaneURL = "http://127.0.0.1:8080"
+
+func init() {
+	register("mcp", "serve the lease tools to an MCP client on stdio, forwarding to a running plane ($LEASEPLANE_URL, $LEASEPLANE_KEY)", runMCP)
+}
+
+// clientBackend forwards MCP tool calls to a running plane over REST with
+// the client's own key; the key the MCP layer passes is ignored.
+type clientBackend struct{ c *client.Client }
+
+func (b clientBackend) Call(ctx context.Context, _ string, op kernel.Op, body []byte) (int, []byte, error) {
+	return b.c.Call(ctx, op, body)
+}
+
+// nopWriteCloser lets the process's stdout serve as the transport's writer
+// without the transport closing it.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := os.Getenv("LEASEPLANE_URL")
+	if url == "" {
+		url = defaultPlaneURL
+	}
+	fs.StringVar(&url, "url", url, "base URL of the running plane (default from $LEASEPLANE_URL)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leaseplane mcp [--url URL]")
+		fmt.Fprintln(stderr, "\nServes coordination.lease.acquire, coordination.lease.release and coordination.wait")
+		fmt.Fprintln(stderr, "to an MCP client on stdin/stdout, forwarding each call to the plane at $LEASEPLANE_URL")
+		fmt.Fprintf(stderr, "(default %s) with the key in $LEASEPLANE_KEY.\n\n", defaultPlaneURL)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return 2
+	}
+	key := os.Getenv("LEASEPLANE_KEY")
+	if key == "" {
+		fmt.Fprintln(stderr, "leaseplane mcp: warning: LEASEPLANE_KEY is not set; every tool call will be refused unauthorized")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	b := clientBackend{client.New(url, key, &http.Client{Timeout: 30 * time.Second})}
+	opts := mcp.Options{
+		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		AuthHint: "set LEASEPLANE_KEY to a workspace or agent key of the plane at " + url,
+	}
+	if err := mcp.ServeStdio(ctx, b, key, io.NopCloser(stdin), nopWriteCloser{stdout}, opts); err != nil {
+		fmt.Fprintf(stderr, "leaseplane mcp: %v\n", err)
+		return 1
+	}
+	return 0
+}
