@@ -41,7 +41,7 @@ type plane struct {
 	calls []string          // key + " " + op, in order
 }
 
-func newPlane(t *testing.T) *plane {
+func newPlane(t testing.TB) *plane {
 	t.Helper()
 	eng, err := kernel.Native.New(nil)
 	if err != nil {
@@ -86,9 +86,9 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // connector opens a client session that calls the plane with key.
-type connector func(t *testing.T, p *plane, key string) *sdk.ClientSession
+type connector func(t testing.TB, p *plane, key string) *sdk.ClientSession
 
-func connectHTTP(t *testing.T, p *plane, key string) *sdk.ClientSession {
+func connectHTTP(t testing.TB, p *plane, key string) *sdk.ClientSession {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, Handler(p, Options{}))
@@ -98,7 +98,7 @@ func connectHTTP(t *testing.T, p *plane, key string) *sdk.ClientSession {
 	return connect(t, tr)
 }
 
-func connectStdio(t *testing.T, p *plane, key string) *sdk.ClientSession {
+func connectStdio(t testing.TB, p *plane, key string) *sdk.ClientSession {
 	t.Helper()
 	// Two OS pipes, as between an MCP client and a server process.
 	toServerR, toServerW := io.Pipe()
@@ -116,7 +116,7 @@ func connectStdio(t *testing.T, p *plane, key string) *sdk.ClientSession {
 	return connect(t, &sdk.IOTransport{Reader: toClientR, Writer: toServerW})
 }
 
-func connect(t *testing.T, tr sdk.Transport) *sdk.ClientSession {
+func connect(t testing.TB, tr sdk.Transport) *sdk.ClientSession {
 	t.Helper()
 	c := sdk.NewClient(&sdk.Implementation{Name: "leaseplane-test", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), tr, nil)
