@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,11 @@ func (c *Client) do(ctx context.Context, op kernel.Op, body []byte) (response, e
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		// *url.Error repeats the method and URL; keep its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return response{}, fmt.Errorf("leaseplane client: %s %s: %w", method, c.base+path, err)
 	}
 	defer resp.Body.Close()

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/client"
+)
+
+// Exit statuses of the client verbs (lease, release, wait, exec). exec
+// exits with its command's own status once the command has run.
+const (
+	exitOK        = 0
+	exitRefused   = 1 // refused (lease_held, stale_lease, unauthorized, ...) or the plane unreachable
+	exitUsage     = 2
+	exitDeadlock  = 3 // acquiring would close a wait cycle
+	exitSuspended = 4 // the operator suspended the agent
+	exitTimeout   = 5 // exec --timeout ran out while waiting
+	exitLost      = 6 // exec lost the lease while the command ran; the command was stopped
+	exitNoStart   = 127
+)
+
+// defaultURL is where the client verbs look for the plane without
+// LEASEPLANE_URL.
+const defaultURL = "http://127.0.0.1:8080"
+
+// requestTimeout bounds one HTTP exchange of the client verbs.
+const requestTimeout = 30 * time.Second
+
+func init() {
+	register("lease", "acquire or renew a lease: lease RESOURCE --as DID [--mode read|write|delete]", runLease)
+	register("release", "release a lease: release RESOURCE --as DID [--lease ID]", runRelease)
+	register("wait", "print the queues and recent deadlocks of the workspace", runWait)
+}
+
+// planeClient builds a client from LEASEPLANE_URL and LEASEPLANE_KEY.
+func planeClient() *client.Client {
+	url := os.Getenv("LEASEPLANE_URL")
+	if url == "" {
+		url = defaultURL
+	}
+	return client.New(url, os.Getenv("LEASEPLANE_KEY"), &http.Client{Timeout: requestTimeout})
+}
+
+// parseInterleaved parses flags that may come before or after positional
+// arguments (the standard flag package stops at the first positional).
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+const clientEnvHelp = `
+The plane is LEASEPLANE_URL (default ` + defaultURL + `); the Bearer key is LEASEPLANE_KEY.
+Exit status: 0 granted/ok, 1 refused or plane unreachable, 2 usage, 3 deadlock, 4 suspended.`
+
+func runLease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lease", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	as := fs.String("as", "", "the agent's DID (required)")
+	mode := fs.String("mode", "", "read, write or delete (default write)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leaseplane lease RESOURCE --as DID [--mode read|write|delete]")
+		fmt.Fprintln(stderr, "Acquires RESOURCE, or renews the lease the agent holds on it, and prints the answer JSON.")
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, clientEnvHelp)
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 1 || *as == "" {
+		fmt.Fprintln(stderr, "leaseplane lease: want exactly one RESOURCE and --as DID")
+		fs.Usage()
+		return exitUsage
+	}
+	body, _ := json.Marshal(client.AcquireRequest{Resource: pos[0], ActorDid: *as, Mode: *mode})
+	return callAndPrint("lease", kernel.OpAcquire, body, stdout, stderr)
+}
+
+func runRelease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	as := fs.String("as", "", "the agent's DID (required)")
+	lease := fs.String("lease", "", "release only this lease id (refused stale_lease when it is not live)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leaseplane release RESOURCE --as DID [--lease ID]")
+		fmt.Fprintln(stderr, "Releases the agent's lease on RESOURCE (and its place in the queue) and prints the answer JSON.")
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, clientEnvHelp)
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 1 || *as == "" {
+		fmt.Fprintln(stderr, "leaseplane release: want exactly one RESOURCE and --as DID")
+		fs.Usage()
+		return exitUsage
+	}
+	body, _ := json.Marshal(client.ReleaseRequest{Resource: pos[0], ActorDid: *as, LeaseID: *lease})
+	return callAndPrint("release", kernel.OpRelease, body, stdout, stderr)
+}
+
+func runWait(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leaseplane wait")
+		fmt.Fprintln(stderr, "Prints the queues (holders and waiters of every busy resource) and the deadlocks of the last 30 s.")
+		fmt.Fprintln(stderr, clientEnvHelp)
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 0 {
+		fmt.Fprintf(stderr, "leaseplane wait: takes no arguments, got %q\n", pos)
+		return exitUsage
+	}
+	return callAndPrint("wait", kernel.OpWait, nil, stdout, stderr)
+}
+
+// callAndPrint sends one request, prints the answer body on stdout and, on
+// a refusal, one line on stderr; it returns the exit status.
+func callAndPrint(verb string, op kernel.Op, body []byte, stdout, stderr io.Writer) int {
+	c := planeClient()
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	status, answer, err := c.Call(ctx, op, body)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane %s: cannot reach the plane: %v\n", verb, err)
+		return exitRefused
+	}
+	stdout.Write(answer)
+	if len(answer) > 0 && answer[len(answer)-1] != '\n' {
+		fmt.Fprintln(stdout)
+	}
+	a, derr := decodeAnswer(status, answer)
+	if derr != nil {
+		fmt.Fprintf(stderr, "leaseplane %s: HTTP %d with an answer that is not the plane's JSON: %v\n", verb, status, derr)
+		return exitRefused
+	}
+	if status == http.StatusOK && a.OK {
+		return exitOK
+	}
+	return refusalExit(verb, a, stderr)
+}
+
+// refusalExit prints a refusal on stderr and maps it to an exit status.
+func refusalExit(verb string, a *client.Answer, stderr io.Writer) int {
+	switch a.Reason {
+	case kernel.ReasonDeadlock:
+		fmt.Fprintf(stderr, "leaseplane %s: %v\n", verb, &client.RefusedError{Op: kernel.OpAcquire, Answer: a})
+		return exitDeadlock
+	case kernel.ReasonSuspended:
+		fmt.Fprintf(stderr, "leaseplane %s: %v\n", verb, &client.RefusedError{Op: kernel.OpAcquire, Answer: a})
+		return exitSuspended
+	case kernel.ReasonLeaseHeld:
+		wait := int64(0)
+		if a.Stampede != nil {
+			wait = a.Stampede.WaitMs
+		}
+		fmt.Fprintf(stderr, "leaseplane %s: refused lease_held: held by %s; retry in %d ms\n", verb, a.Holder, wait)
+		return exitRefused
+	}
+	fmt.Fprintf(stderr, "leaseplane %s: refused %s\n", verb, a.Refusal())
+	return exitRefused
+}
+
+func decodeAnswer(status int, answer []byte) (*client.Answer, error) {
+	a := &client.Answer{Status: status, Raw: answer}
+	t := strings.TrimSpace(string(answer))
+	if !strings.HasPrefix(t, "{") {
+		return nil, fmt.Errorf("%q", clipString(t, 120))
+	}
+	if err := json.Unmarshal([]byte(t), a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func clipString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
