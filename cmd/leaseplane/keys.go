@@ -1,0 +1,201 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+func init() {
+	register("keys", "manage API keys: keys create|list|revoke --data DIR ...", runKeys)
+}
+
+const keysUsage = `usage:
+  leaseplane keys create --data DIR --workspace NAME [--agent DID | --operator] [--rules JSON]
+  leaseplane keys list   --data DIR [--workspace NAME]
+  leaseplane keys revoke --data DIR ID|KEY
+
+create makes the workspace when it does not exist (with --rules, e.g.
+'{"readShared":["file:"]}', else none) and prints the new key as the last
+word on stdout. Keys are stored only as hashes: the key is shown once.
+A workspace key may name any agent of its workspace; an agent key (--agent)
+only that DID; an operator key (--operator) what a workspace key may, and
+POST /api/v1/acp/operator/suspend and /resume.
+A running server notices a revocation within 2 s.`
+
+func runKeys(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, keysUsage)
+		return 2
+	}
+	switch args[0] {
+	case "create":
+		return keysCreate(args[1:], stdout, stderr)
+	case "list":
+		return keysList(args[1:], stdout, stderr)
+	case "revoke":
+		return keysRevoke(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, keysUsage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "leaseplane keys: unknown verb %q\n%s\n", args[0], keysUsage)
+	return 2
+}
+
+func keysFlags(verb string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("keys "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, keysUsage) }
+	data := fs.String("data", "./data", "data folder of the server")
+	return fs, data
+}
+
+func keysCreate(args []string, stdout, stderr io.Writer) int {
+	fs, data := keysFlags("create", stderr)
+	wsName := fs.String("workspace", "", "workspace name (created when missing)")
+	agent := fs.String("agent", "", "make an agent key for this DID")
+	operator := fs.Bool("operator", false, "make an operator key")
+	rules := fs.String("rules", "", `rules of a new workspace, e.g. {"readShared":["file:"]}`)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "leaseplane keys create: unexpected argument %q\n", pos[0])
+		return 2
+	}
+	if *wsName == "" {
+		fmt.Fprintln(stderr, "leaseplane keys create: --workspace is required")
+		return 2
+	}
+	if *agent != "" && *operator {
+		fmt.Fprintln(stderr, "leaseplane keys create: --agent and --operator exclude each other")
+		return 2
+	}
+	role := store.RoleWorkspace
+	switch {
+	case *agent != "":
+		role = store.RoleAgent
+		if err := (kernel.Command{Op: kernel.OpSuspend, ActorDid: *agent}).Validate(); err != nil {
+			fmt.Fprintf(stderr, "leaseplane keys create: --agent: %v\n", err)
+			return 2
+		}
+	case *operator:
+		role = store.RoleOperator
+	}
+	if *rules != "" {
+		if _, err := kernel.ParseRules([]byte(*rules)); err != nil {
+			fmt.Fprintf(stderr, "leaseplane keys create: --rules: %v\n", err)
+			return 2
+		}
+	}
+	if err := store.ValidWorkspaceName(*wsName); err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys create: --workspace: %v\n", err)
+		return 2
+	}
+	st, err := store.Open(*data, store.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys create: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	now := time.Now().UnixMilli()
+	w, created, err := st.EnsureWorkspace(*wsName, []byte(*rules), now)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys create: %v\n", err)
+		return 1
+	}
+	if !created && *rules != "" && string(w.Rules) != *rules {
+		fmt.Fprintf(stderr, "leaseplane keys create: workspace %s exists with rules %s; --rules applies only to a new workspace\n", w.Name, w.Rules)
+		return 1
+	}
+	key, k, err := st.CreateKey(w, role, *agent, now)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys create: %v\n", err)
+		return 1
+	}
+	if created {
+		fmt.Fprintf(stderr, "created workspace %s\n", w.Name)
+	}
+	desc := string(role) + " key " + k.ID + " of workspace " + w.Name
+	if role == store.RoleAgent {
+		desc += " for " + *agent
+	}
+	fmt.Fprintf(stdout, "%s (shown only now): %s\n", desc, key)
+	return 0
+}
+
+func keysList(args []string, stdout, stderr io.Writer) int {
+	fs, data := keysFlags("list", stderr)
+	wsName := fs.String("workspace", "", "list only this workspace's keys")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "leaseplane keys list: unexpected argument %q\n", pos[0])
+		return 2
+	}
+	st, err := store.Open(*data, store.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys list: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	keys, err := st.Keys(*wsName)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys list: %v\n", err)
+		return 1
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWORKSPACE\tROLE\tAGENT\tCREATED\tREVOKED")
+	for _, k := range keys {
+		agent, revoked := k.AgentDID, "-"
+		if agent == "" {
+			agent = "-"
+		}
+		if k.RevokedMs != 0 {
+			revoked = time.UnixMilli(k.RevokedMs).UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Workspace, k.Role, agent,
+			time.UnixMilli(k.CreatedMs).UTC().Format(time.RFC3339), revoked)
+	}
+	tw.Flush()
+	return 0
+}
+
+func keysRevoke(args []string, stdout, stderr io.Writer) int {
+	fs, data := keysFlags("revoke", stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "leaseplane keys revoke: give exactly one key id (from keys list) or key")
+		return 2
+	}
+	st, err := store.Open(*data, store.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys revoke: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	k, err := st.RevokeKey(pos[0], time.Now().UnixMilli())
+	if errors.Is(err, store.ErrNotFound) {
+		fmt.Fprintf(stderr, "leaseplane keys revoke: no key %s in %s\n", pos[0], st.Path())
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane keys revoke: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "revoked %s key %s of workspace %s\n", k.Role, k.ID, k.Workspace)
+	return 0
+}

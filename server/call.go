@@ -1,0 +1,193 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// Reasons the server itself answers with (the kernel's are in kernel).
+const (
+	ReasonUnauthorized     = "unauthorized"
+	ReasonActorMismatch    = "actor_mismatch"
+	ReasonForbidden        = "forbidden"
+	ReasonUnavailable      = "unavailable"
+	ReasonTooLarge         = "body_too_large"
+	ReasonNotFound         = "not_found"
+	ReasonMethodNotAllowed = "method_not_allowed"
+	ReasonInternal         = "internal"
+)
+
+// reply is a decided answer with the header the REST route adds.
+type reply struct {
+	status     int
+	retryAfter int
+	answer     []byte
+}
+
+// Call runs one command for the holder of key (the bearer key without
+// "Bearer "), exactly as the REST route does after parsing HTTP: 401
+// unauthorized for a missing, unknown or revoked key; 403 actor_mismatch
+// when an agent key names another actorDid; 403 forbidden for suspend and
+// resume without an operator key; then the command is applied in the key's
+// workspace and made durable before the answer is returned; 503
+// unavailable when that fails (nothing is granted). answer is the JSON
+// body. err is nil whenever there is an answer, even a 503; it is ctx's
+// error when ctx ended before the command was applied.
+func (s *Server) Call(ctx context.Context, key string, op kernel.Op, body []byte) (status int, answer []byte, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	r := s.call(ctx, key, op, body)
+	return r.status, r.answer, nil
+}
+
+func (s *Server) call(ctx context.Context, key string, op kernel.Op, body []byte) reply {
+	start := time.Now()
+	r := s.decide(ctx, key, op, body)
+	s.metrics.observe(op, r.status, time.Since(start))
+	return r
+}
+
+func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []byte) reply {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return unavailable(errShutdown)
+	}
+	k, r, ok := s.authenticate(ctx, key)
+	if !ok {
+		return r
+	}
+	switch op {
+	case kernel.OpAcquire, kernel.OpRelease, kernel.OpWait:
+	case kernel.OpSuspend, kernel.OpResume:
+		if k.Role != store.RoleOperator {
+			return refusal(403, ReasonForbidden, string(op)+" needs an operator key; this is a "+string(k.Role)+" key")
+		}
+	default:
+		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend or resume")}
+	}
+	c, err := kernel.DecodeRequest(op, 0, body)
+	if err != nil {
+		return reply{status: 400, answer: kernel.InvalidAnswer(err.Error())}
+	}
+	if k.Role == store.RoleAgent && op != kernel.OpWait && c.ActorDid != k.AgentDID {
+		return refusalActor(k.AgentDID, c.ActorDid)
+	}
+	ws, err := s.workspace(k.WorkspaceID)
+	if err != nil {
+		s.log.Error("workspace unavailable", "workspace", k.Workspace, "err", err)
+		return unavailable(err)
+	}
+	ws.mu.Lock()
+	a := s.applyLocked(ws, op, body)
+	ws.mu.Unlock()
+	if err := a.wait(); err != nil {
+		return unavailable(err)
+	}
+	return reply{status: a.res.Status, retryAfter: a.res.RetryAfterSec, answer: a.res.Answer}
+}
+
+func refusal(status int, reason, msg string) reply {
+	b := append([]byte(nil), `{"ok":false,"reason":"`...)
+	b = append(b, reason...)
+	b = append(b, `","error":`...)
+	b = appendJSONString(b, msg)
+	return reply{status: status, answer: append(b, '}')}
+}
+
+func refusalActor(keyDID, asked string) reply {
+	b := append([]byte(nil), `{"ok":false,"reason":"actor_mismatch","keyActorDid":`...)
+	b = appendJSONString(b, keyDID)
+	b = append(b, `,"actorDid":`...)
+	b = appendJSONString(b, asked)
+	b = append(b, `,"error":`...)
+	b = appendJSONString(b, "this key belongs to agent "+keyDID+" and may not act as "+asked)
+	return reply{status: 403, answer: append(b, '}')}
+}
+
+func unavailable(err error) reply {
+	msg := "the lease plane cannot decide now; nothing was granted; retry"
+	if err != nil {
+		msg += " (" + err.Error() + ")"
+	}
+	r := refusal(503, ReasonUnavailable, msg)
+	r.retryAfter = 1
+	return r
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xf])
+		case r == 0xFFFD:
+			b = append(b, "\ufffd"...)
+		default:
+			b = append(b, string(r)...)
+		}
+	}
+	return append(b, '"')
+}
+
+// keyCache remembers keys looked up in the store for a while.
+type keyCache struct {
+	mu      sync.RWMutex
+	entries map[string]keyEntry
+}
+
+type keyEntry struct {
+	key     store.Key
+	checked time.Time
+}
+
+// maxKeyLen bounds what is looked up at all.
+const maxKeyLen = 200
+
+func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply, bool) {
+	if key == "" {
+		return store.Key{}, refusal(401, ReasonUnauthorized, "missing key: send Authorization: Bearer KEY"), false
+	}
+	bad := refusal(401, ReasonUnauthorized, "unknown or revoked key")
+	if len(key) > maxKeyLen || !strings.HasPrefix(key, store.KeyPrefix) {
+		return store.Key{}, bad, false
+	}
+	now := s.cfg.Clock()
+	s.keys.mu.RLock()
+	e, hit := s.keys.entries[key]
+	s.keys.mu.RUnlock()
+	if hit && now.Sub(e.checked) < s.cfg.KeyCacheTTL && now.Sub(e.checked) >= 0 {
+		return e.key, reply{}, true
+	}
+	k, found, err := s.store.LookupKey(ctx, key)
+	if err != nil {
+		s.log.Error("key look-up failed", "err", err)
+		return store.Key{}, unavailable(errors.New("key look-up failed")), false
+	}
+	if !found || k.RevokedMs != 0 {
+		if hit {
+			s.keys.mu.Lock()
+			delete(s.keys.entries, key)
+			s.keys.mu.Unlock()
+		}
+		return store.Key{}, bad, false
+	}
+	s.keys.mu.Lock()
+	if len(s.keys.entries) > 100000 {
+		clear(s.keys.entries)
+	}
+	s.keys.entries[key] = keyEntry{key: k, checked: now}
+	s.keys.mu.Unlock()
+	return k, reply{}, true
+}

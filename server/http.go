@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// The routes.
+const (
+	RouteLease   = "/api/v1/acp/coordination/lease"
+	RouteRelease = "/api/v1/acp/coordination/release"
+	RouteWait    = "/api/v1/acp/coordination/wait"
+	RouteSuspend = "/api/v1/acp/operator/suspend"
+	RouteResume  = "/api/v1/acp/operator/resume"
+)
+
+func (s *Server) routes() {
+	s.mux.Handle(RouteLease, s.route(http.MethodPost, kernel.OpAcquire))
+	s.mux.Handle(RouteRelease, s.route(http.MethodPost, kernel.OpRelease))
+	s.mux.Handle(RouteWait, s.route(http.MethodGet, kernel.OpWait))
+	s.mux.Handle(RouteSuspend, s.route(http.MethodPost, kernel.OpSuspend))
+	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
+	s.mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeReply(w, refusal(404, ReasonNotFound, "no route "+r.URL.Path+"; the routes are "+
+			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteSuspend+" and "+RouteResume))
+	}))
+	s.mux.HandleFunc("/healthz", s.healthz)
+	s.mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+}
+
+// route answers one lease route: method check, body limit, bearer key,
+// then Call's path.
+func (s *Server) route(method string, op kernel.Op) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeReply(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
+			return
+		}
+		key, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+			writeReply(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeReply(w, refusal(413, ReasonTooLarge, "the request body is larger than "+
+					strconv.FormatInt(s.cfg.MaxBodyBytes, 10)+" bytes"))
+				return
+			}
+			writeReply(w, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()))
+			return
+		}
+		rep := s.call(r.Context(), key, op, body)
+		if rep.status == 401 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+		}
+		writeReply(w, rep)
+	})
+}
+
+// bearer takes the key out of an Authorization header; an absent header
+// gives "" and ok (Call answers that it is missing).
+func bearer(h string) (key string, ok bool) {
+	if h == "" {
+		return "", true
+	}
+	scheme, rest, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	key = strings.TrimSpace(rest)
+	return key, key != ""
+}
+
+var (
+	jsonType   = []string{"application/json"}
+	noSniff    = []string{"nosniff"}
+	noStore    = []string{"no-store"}
+	retryAfter = [...][]string{{"0"}, {"1"}}
+)
+
+func writeReply(w http.ResponseWriter, r reply) {
+	h := w.Header()
+	h["Content-Type"] = jsonType
+	h["X-Content-Type-Options"] = noSniff
+	h["Cache-Control"] = noStore
+	if r.retryAfter > 0 {
+		if r.retryAfter < len(retryAfter) {
+			h["Retry-After"] = retryAfter[r.retryAfter]
+		} else {
+			h.Set("Retry-After", strconv.Itoa(r.retryAfter))
+		}
+	}
+	w.WriteHeader(r.status)
+	w.Write(r.answer)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	s.life.RLock()
+	closed := s.closed
+	s.life.RUnlock()
+	s.wsMu.RLock()
+	n := len(s.workspaces)
+	s.wsMu.RUnlock()
+	var err error
+	if closed {
+		err = errShutdown
+	} else {
+		err = s.store.Ping(ctx)
+	}
+	if err != nil {
+		writeReply(w, unavailable(err))
+		return
+	}
+	b := append([]byte(nil), `{"ok":true,"engine":`...)
+	b = appendJSONString(b, s.engine.Name())
+	b = append(b, `,"kernel":`...)
+	b = appendJSONString(b, kernel.Version)
+	b = append(b, `,"workspaces":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	writeReply(w, reply{status: 200, answer: append(b, '}')})
+}
+
+// recoverer answers a panicking handler 500 with a JSON body instead of
+// dropping the connection, and logs it.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panicked", "path", r.URL.Path, "panic", v)
+				writeReply(w, refusal(500, ReasonInternal, "the server failed on this request; it is logged"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// metrics are the server's Prometheus series, in a registry of its own so
+// that several servers can live in one process (tests).
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	commitSeconds  prometheus.Histogram
+	commitBatch    prometheus.Histogram
+	commitFailures prometheus.Counter
+	commitDropped  prometheus.Counter
+	eventsWritten  prometheus.Counter
+	eventsDropped  prometheus.Counter
+	alarms         prometheus.Counter
+	reloads        prometheus.Counter
+	workspaces     prometheus.Gauge
+
+	// resolved label sets, so the hot path does no label hashing
+	mu       sync.RWMutex
+	counters map[opStatus]prometheus.Counter
+	histos   map[kernel.Op]prometheus.Observer
+}
+
+type opStatus struct {
+	op     kernel.Op
+	status int
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseplane_requests_total",
+			Help: "Lease commands answered, by operation and HTTP status.",
+		}, []string{"op", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leaseplane_request_duration_seconds",
+			Help:    "Time from a command's arrival (after HTTP parsing) to its durable answer.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"op"}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leaseplane_commit_duration_seconds",
+			Help:    "Time of one group commit to SQLite, fsync included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leaseplane_commit_batch_commands",
+			Help:    "Commands that shared one commit.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
+		}),
+		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseplane_commit_failures_total",
+			Help: "Commits that failed (their commands were answered 503).",
+		}),
+		commitDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseplane_commit_stale_total",
+			Help: "Commands not committed because an earlier command of their workspace failed to commit.",
+		}),
+		eventsWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseplane_events_written_total",
+			Help: "Kernel events written to the events table (replays included; duplicates are ignored by the table).",
+		}),
+		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseplane_events_dropped_total",
+			Help: "Kernel events the best-effort sink dropped (queue full or write failed).",
+		}),
+		alarms: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseplane_alarm_ticks_total",
+			Help: "Ticks sent by workspace alarms.",
+		}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseplane_workspace_reloads_total",
+			Help: "Workspaces rebuilt from disk after a failure.",
+		}),
+		workspaces: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leaseplane_workspaces",
+			Help: "Workspaces loaded.",
+		}),
+		counters: map[opStatus]prometheus.Counter{},
+		histos:   map[kernel.Op]prometheus.Observer{},
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.commitSeconds, m.commitBatch, m.commitFailures,
+		m.commitDropped, m.eventsWritten, m.eventsDropped, m.alarms, m.reloads, m.workspaces,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "leaseplane_info",
+			Help:        "The engine and kernel version this server runs.",
+			ConstLabels: prometheus.Labels{"engine": s.engine.Name(), "kernel": kernel.Version},
+		}, func() float64 { return 1 }))
+	return m
+}
+
+// observe counts one answered command.
+func (m *metrics) observe(op kernel.Op, status int, d time.Duration) {
+	k := opStatus{op, status}
+	m.mu.RLock()
+	c, ok1 := m.counters[k]
+	h, ok2 := m.histos[op]
+	m.mu.RUnlock()
+	if !ok1 || !ok2 {
+		if !validOp(op) {
+			op = "other"
+			k.op = op
+		}
+		m.mu.Lock()
+		if c, ok1 = m.counters[k]; !ok1 {
+			c = m.requests.WithLabelValues(string(op), strconv.Itoa(status))
+			m.counters[k] = c
+		}
+		if h, ok2 = m.histos[op]; !ok2 {
+			h = m.duration.WithLabelValues(string(op))
+			m.histos[op] = h
+		}
+		m.mu.Unlock()
+	}
+	c.Inc()
+	h.Observe(d.Seconds())
+}
+
+func validOp(op kernel.Op) bool {
+	_, err := kernel.ParseOp(string(op))
+	return err == nil
+}

@@ -1,0 +1,307 @@
+// Package server is the lease plane's HTTP host: the REST routes of SPEC.md,
+// API keys and workspaces, one kernel machine per workspace with its alarm,
+// durable state through server/store (a command log with group commit and
+// snapshots), the events sink, Prometheus metrics and health.
+//
+// # The request path
+//
+// Every request, REST or MCP, goes through Call: authenticate the bearer
+// key, check the key's role (an agent key names only its own actorDid, the
+// operator routes need an operator key), then apply the command to the
+// key's workspace. A workspace applies its commands one at a time under its
+// lock; a command that changed state is handed, in order, to the one
+// committer goroutine, and its answer leaves only after the transaction
+// that holds it has committed. Commands of all workspaces that arrive while
+// a commit is under way share the next one (group commit). A command that
+// changed nothing still waits for the commit of the last change it may have
+// seen, so no answer ever shows state that a crash could take back.
+//
+// When a commit fails, every command in it and every later command of that
+// workspace not yet committed is answered 503 unavailable (nothing
+// granted), and the workspace's machine is rebuilt from disk (snapshot plus
+// log) before it decides anything else.
+//
+// # Alarms
+//
+// After each command the server asks the machine for its next alarm and
+// keeps one timer per workspace at that time; the timer sends tick, so a
+// lease lapses, with its coordination.expire event and the trust change,
+// when no one is asking. Time comes from Config.Clock; timers from
+// Config.AfterFunc, so tests can drive both.
+//
+// # Keys and roles
+//
+// A workspace key may name any agent of its workspace; an agent key only its
+// own DID (403 actor_mismatch otherwise); an operator key may do what a
+// workspace key does and, alone, call POST /api/v1/acp/operator/suspend and
+// /resume with {"actorDid"}. Keys are stored hashed; the server caches a
+// key it has seen for Config.KeyCacheTTL, so a revoked key stops working
+// within that time.
+//
+// # Events
+//
+// Every kernel event goes to the append-only events table through a
+// bounded queue that never blocks: when it is full the event is dropped and
+// counted (leaseplane_events_dropped_total). The committer writes queued
+// events inside the next transaction, in a savepoint, so a failing event
+// write never fails a command. On restart the replayed log emits its events
+// again and the table keeps each (workspace, seq, index) once.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// Config configures a Server.
+type Config struct {
+	// DataDir holds the SQLite database; created when missing.
+	DataDir string
+	// Engine makes each workspace's machine (kernel.Native or the wasm one).
+	Engine kernel.Factory
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// Clock is the time commands are applied at. Required: only cmd/ owns
+	// the real clock and passes time.Now.
+	Clock func() time.Time
+	// AfterFunc runs f after d and returns a function that cancels it (as
+	// time.AfterFunc and Timer.Stop do); nil means time.AfterFunc. Tests
+	// pass a fake that fires when they advance their clock.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	// MaxBodyBytes bounds request bodies (413 above it); 0 means 8192.
+	MaxBodyBytes int64
+	// SnapshotEvery is how many logged commands of a workspace go between
+	// snapshots; 0 means 1000.
+	SnapshotEvery int
+	// KeyCacheTTL is how long a looked-up key is trusted before it is read
+	// again (so a revocation takes effect within it); 0 means 2 s.
+	KeyCacheTTL time.Duration
+	// CommitFault, when set, is called before each commit; a non-nil error
+	// fails the commit as a disk write failure would. A seam for tests.
+	CommitFault func() error
+}
+
+// DefaultMaxBodyBytes is the request body limit when Config leaves it 0.
+const DefaultMaxBodyBytes = 8192
+
+// Server is the lease plane's HTTP host. Create it with New.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	engine  kernel.Factory
+	store   *store.Store
+	mux     *http.ServeMux
+	handler http.Handler
+	metrics *metrics
+	keys    keyCache
+	commit  *committer
+
+	wsMu       sync.RWMutex
+	workspaces map[int64]*workspace
+
+	// life guards closed: every Call and tick holds it for reading while it
+	// runs; Shutdown takes it for writing, so it waits for them.
+	life   sync.RWMutex
+	closed bool
+
+	httpMu  sync.Mutex
+	httpSrv []*http.Server
+}
+
+// New opens the store in cfg.DataDir, rebuilds every workspace's machine
+// from its snapshot and log, arms their alarms and returns the server, not
+// yet listening.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("server: Config.Engine is required (kernel.Native or the wasm factory)")
+	}
+	if cfg.Clock == nil {
+		return nil, errors.New("server: Config.Clock is required (cmd passes time.Now)")
+	}
+	if cfg.AfterFunc == nil {
+		cfg.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.SnapshotEvery <= 0 {
+		cfg.SnapshotEvery = 1000
+	}
+	if cfg.KeyCacheTTL <= 0 {
+		cfg.KeyCacheTTL = 2 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := store.Open(cfg.DataDir, store.Options{BeforeCommit: cfg.CommitFault})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:        cfg,
+		log:        log,
+		engine:     cfg.Engine,
+		store:      st,
+		mux:        http.NewServeMux(),
+		workspaces: map[int64]*workspace{},
+	}
+	s.keys.entries = map[string]keyEntry{}
+	s.metrics = newMetrics(s)
+	s.commit = newCommitter(s)
+	go s.commit.run()
+	wss, err := st.Workspaces()
+	if err != nil {
+		s.commit.stop()
+		st.Close()
+		return nil, err
+	}
+	for _, w := range wss {
+		if _, err := s.workspace(w.ID); err != nil {
+			s.stopAll()
+			return nil, err
+		}
+	}
+	s.routes()
+	s.handler = s.recoverer(s.mux)
+	log.Info("server ready", "data", st.Path(), "engine", cfg.Engine.Name(), "workspaces", len(wss))
+	return s, nil
+}
+
+// Store is the server's store (for the ledger, tests and the CLI).
+func (s *Server) Store() *store.Store { return s.store }
+
+// Engine is the factory the server's machines come from.
+func (s *Server) Engine() kernel.Factory { return s.engine }
+
+// Handle mounts h at pattern on the server's mux (web pages, /mcp). It
+// panics on a pattern that conflicts with another, as ServeMux does.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Handler is the server's HTTP handler: every route, with panics answered
+// 500 instead of dropping the connection.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve answers HTTP on ln until Shutdown; it returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.httpMu.Lock()
+	s.httpSrv = append(s.httpSrv, hs)
+	s.httpMu.Unlock()
+	err := hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting requests, lets those under way finish (each
+// waits for its commit), stops the alarms, commits what is queued, writes
+// a snapshot of every workspace and closes the store. ctx bounds the wait
+// for HTTP requests.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var first error
+	s.httpMu.Lock()
+	srvs := s.httpSrv
+	s.httpMu.Unlock()
+	for _, hs := range srvs {
+		if err := hs.Shutdown(ctx); err != nil && first == nil {
+			first = fmt.Errorf("server: drain HTTP: %w", err)
+		}
+	}
+	s.life.Lock()
+	if s.closed {
+		s.life.Unlock()
+		return first
+	}
+	s.closed = true
+	s.life.Unlock()
+	if err := s.stopAll(); err != nil && first == nil {
+		first = err
+	}
+	s.log.Info("server stopped")
+	return first
+}
+
+// stopAll stops alarms and the committer, snapshots every workspace whose
+// memory matches the disk, and closes the store.
+func (s *Server) stopAll() error {
+	s.wsMu.Lock()
+	wss := make([]*workspace, 0, len(s.workspaces))
+	for _, ws := range s.workspaces {
+		wss = append(wss, ws)
+	}
+	s.wsMu.Unlock()
+	for _, ws := range wss {
+		ws.mu.Lock()
+		ws.disarm()
+		ws.closed = true
+		ws.mu.Unlock()
+	}
+	s.commit.stop()
+	var first error
+	for _, ws := range wss {
+		ws.mu.Lock()
+		if ws.eng != nil && !ws.needsReload() && ws.sinceSnap > 0 {
+			snap, err := ws.eng.Snapshot()
+			if err == nil {
+				err = s.store.SaveSnapshot(ws.id, ws.seq, snap)
+			}
+			if err != nil {
+				s.log.Error("snapshot on shutdown failed", "workspace", ws.name, "err", err)
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		if ws.eng != nil {
+			ws.eng.Close()
+			ws.eng = nil
+		}
+		ws.mu.Unlock()
+	}
+	if err := s.store.Close(); err != nil && first == nil {
+		first = fmt.Errorf("server: close store: %w", err)
+	}
+	return first
+}
+
+// Bootstrap makes a first workspace named name with one workspace key when
+// the store has no workspace at all, and returns the key; created is false
+// (and key empty) when some workspace already exists.
+func (s *Server) Bootstrap(name string) (key string, created bool, err error) {
+	wss, err := s.store.Workspaces()
+	if err != nil {
+		return "", false, err
+	}
+	if len(wss) > 0 {
+		return "", false, nil
+	}
+	now := s.cfg.Clock().UnixMilli()
+	w, _, err := s.store.EnsureWorkspace(name, nil, now)
+	if err != nil {
+		return "", false, err
+	}
+	key, _, err = s.store.CreateKey(w, store.RoleWorkspace, "", now)
+	if err != nil {
+		return "", false, err
+	}
+	if _, err := s.workspace(w.ID); err != nil {
+		return "", false, err
+	}
+	return key, true, nil
+}

@@ -1,0 +1,574 @@
+// Package store is the lease plane's durable state in SQLite, through
+// modernc.org/sqlite (pure Go, nothing to install). It is the only package
+// that imports the SQLite driver (DESIGN.md rule 2).
+//
+// One database file, DIR/leaseplane.db, in WAL mode with synchronous=FULL,
+// holds:
+//   - workspaces: a name and the kernel rules each workspace's machine is
+//     built with;
+//   - keys: API keys, stored only as SHA-256 hashes, each with a role
+//     (workspace, agent or operator) and, for agent keys, the agent's DID;
+//   - log: every command that changed a workspace's state, with the time it
+//     was applied at, in order (seq); Commit writes many commands in one
+//     transaction (group commit);
+//   - snapshots: the latest kernel snapshot of each workspace and the seq it
+//     follows; replay starts there, so it is bounded;
+//   - events: every kernel event, one row each, append-only (triggers refuse
+//     UPDATE and DELETE); written best effort, never in the way of a command.
+//
+// A Store is safe for concurrent use. Commit is meant to be called by one
+// writer goroutine; readers (key look-ups, Load) run beside it.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "leaseplane.db"
+
+const schemaVersion = "1"
+
+const schema = `
+CREATE TABLE IF NOT EXISTS meta(
+	key TEXT PRIMARY KEY,
+	value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS workspaces(
+	id INTEGER PRIMARY KEY,
+	name TEXT NOT NULL UNIQUE,
+	rules TEXT NOT NULL,
+	created_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS keys(
+	id TEXT PRIMARY KEY,
+	hash BLOB NOT NULL UNIQUE,
+	workspace_id INTEGER NOT NULL REFERENCES workspaces(id),
+	role TEXT NOT NULL CHECK(role IN ('workspace', 'agent', 'operator')),
+	agent_did TEXT NOT NULL DEFAULT '',
+	created_ms INTEGER NOT NULL,
+	revoked_ms INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS log(
+	workspace_id INTEGER NOT NULL,
+	seq INTEGER NOT NULL,
+	now_ms INTEGER NOT NULL,
+	op TEXT NOT NULL,
+	body BLOB NOT NULL,
+	status INTEGER NOT NULL,
+	PRIMARY KEY(workspace_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS snapshots(
+	workspace_id INTEGER PRIMARY KEY,
+	seq INTEGER NOT NULL,
+	state BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS events(
+	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	workspace_id INTEGER NOT NULL,
+	seq INTEGER NOT NULL,
+	idx INTEGER NOT NULL,
+	type TEXT NOT NULL,
+	at_ms INTEGER NOT NULL,
+	body TEXT NOT NULL,
+	UNIQUE(workspace_id, seq, idx));
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+	BEGIN SELECT RAISE(ABORT, 'events is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+	BEGIN SELECT RAISE(ABORT, 'events is append-only'); END;
+`
+
+// Options tune a Store. The zero value is right for production.
+type Options struct {
+	// BeforeCommit, when set, runs inside every Commit before the log rows
+	// are written; a non-nil error fails that Commit as a disk write failure
+	// would. It is a seam for tests of the failure path.
+	BeforeCommit func() error
+}
+
+// Store is an open database.
+type Store struct {
+	db   *sql.DB
+	path string
+	opts Options
+
+	insLog, insEvent, upSnap, delLog *sql.Stmt
+}
+
+// ErrNotFound is returned when a named workspace or key does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Open opens (creating when missing) the database in dir.
+func Open(dir string, opts Options) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("store: data directory is empty")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: create data directory: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	dsn := "file:" + path +
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)" +
+		"&_pragma=foreign_keys(on)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(4)
+	s := &Store{db: db, path: path, opts: opts}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) init() error {
+	if _, err := s.db.Exec(schema); err != nil {
+		return fmt.Errorf("store: create schema in %s: %w", s.path, err)
+	}
+	var v string
+	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := s.db.Exec(`INSERT INTO meta(key, value) VALUES('schema', ?)`, schemaVersion); err != nil {
+			return fmt.Errorf("store: write schema version: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("store: read schema version: %w", err)
+	case v != schemaVersion:
+		return fmt.Errorf("store: %s has schema version %s; this build reads version %s", s.path, v, schemaVersion)
+	}
+	err = nil
+	prep := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = s.db.Prepare(q)
+		return st
+	}
+	s.insLog = prep(`INSERT INTO log(workspace_id, seq, now_ms, op, body, status) VALUES(?, ?, ?, ?, ?, ?)`)
+	s.insEvent = prep(`INSERT OR IGNORE INTO events(workspace_id, seq, idx, type, at_ms, body) VALUES(?, ?, ?, ?, ?, ?)`)
+	s.upSnap = prep(`INSERT INTO snapshots(workspace_id, seq, state) VALUES(?, ?, ?)
+		ON CONFLICT(workspace_id) DO UPDATE SET seq = excluded.seq, state = excluded.state`)
+	s.delLog = prep(`DELETE FROM log WHERE workspace_id = ? AND seq <= ?`)
+	if err != nil {
+		return fmt.Errorf("store: prepare statements: %w", err)
+	}
+	return nil
+}
+
+// Path is the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database; a last checkpoint folds the WAL into it.
+func (s *Store) Close() error {
+	for _, st := range []*sql.Stmt{s.insLog, s.insEvent, s.upSnap, s.delLog} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	return s.db.Close()
+}
+
+// Workspace is one tenant: its own machine, keys, log and events.
+type Workspace struct {
+	ID        int64
+	Name      string
+	Rules     []byte // kernel rules JSON
+	CreatedMs int64
+}
+
+// ValidWorkspaceName checks a workspace name: 1-64 bytes of letters,
+// digits, '-', '_' and '.'.
+func ValidWorkspaceName(name string) error {
+	if name == "" || len(name) > 64 {
+		return errors.New("workspace name must be 1-64 bytes")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("workspace name %q may hold only letters, digits, '-', '_' and '.'", name)
+		}
+	}
+	return nil
+}
+
+// EnsureWorkspace returns the workspace named name, creating it with rules
+// when it does not exist. created tells which happened. Rules of an
+// existing workspace are left as they are.
+func (s *Store) EnsureWorkspace(name string, rules []byte, nowMs int64) (w Workspace, created bool, err error) {
+	if err := ValidWorkspaceName(name); err != nil {
+		return Workspace{}, false, err
+	}
+	if len(rules) == 0 {
+		rules = []byte(`{"readShared":[]}`)
+	}
+	res, err := s.db.Exec(`INSERT INTO workspaces(name, rules, created_ms) VALUES(?, ?, ?) ON CONFLICT(name) DO NOTHING`,
+		name, string(rules), nowMs)
+	if err != nil {
+		return Workspace{}, false, fmt.Errorf("store: create workspace %s: %w", name, err)
+	}
+	n, _ := res.RowsAffected()
+	w, err = s.WorkspaceByName(name)
+	return w, n == 1, err
+}
+
+// WorkspaceByName looks a workspace up; ErrNotFound when there is none.
+func (s *Store) WorkspaceByName(name string) (Workspace, error) {
+	return s.workspace(`SELECT id, name, rules, created_ms FROM workspaces WHERE name = ?`, name)
+}
+
+// WorkspaceByID looks a workspace up; ErrNotFound when there is none.
+func (s *Store) WorkspaceByID(id int64) (Workspace, error) {
+	return s.workspace(`SELECT id, name, rules, created_ms FROM workspaces WHERE id = ?`, id)
+}
+
+func (s *Store) workspace(q string, arg any) (Workspace, error) {
+	var w Workspace
+	var rules string
+	err := s.db.QueryRow(q, arg).Scan(&w.ID, &w.Name, &rules, &w.CreatedMs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Workspace{}, fmt.Errorf("workspace %v: %w", arg, ErrNotFound)
+	}
+	if err != nil {
+		return Workspace{}, fmt.Errorf("store: read workspace %v: %w", arg, err)
+	}
+	w.Rules = []byte(rules)
+	return w, nil
+}
+
+// Workspaces lists every workspace by id.
+func (s *Store) Workspaces() ([]Workspace, error) {
+	rows, err := s.db.Query(`SELECT id, name, rules, created_ms FROM workspaces ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list workspaces: %w", err)
+	}
+	defer rows.Close()
+	var out []Workspace
+	for rows.Next() {
+		var w Workspace
+		var rules string
+		if err := rows.Scan(&w.ID, &w.Name, &rules, &w.CreatedMs); err != nil {
+			return nil, fmt.Errorf("store: list workspaces: %w", err)
+		}
+		w.Rules = []byte(rules)
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// Role is what a key may do.
+type Role string
+
+// The roles of keys.
+const (
+	// RoleWorkspace may name any agent of its workspace.
+	RoleWorkspace Role = "workspace"
+	// RoleAgent may name only its own agent DID.
+	RoleAgent Role = "agent"
+	// RoleOperator may do what a workspace key does, and suspend and resume
+	// agents.
+	RoleOperator Role = "operator"
+)
+
+// Key is a stored API key (never its secret).
+type Key struct {
+	ID          string
+	WorkspaceID int64
+	Workspace   string
+	Role        Role
+	AgentDID    string // for RoleAgent
+	CreatedMs   int64
+	RevokedMs   int64 // 0 while valid
+}
+
+// KeyPrefix starts every key: "lp_" ID "_" secret.
+const KeyPrefix = "lp_"
+
+// HashKey is how a key is stored: its SHA-256.
+func HashKey(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+// CreateKey makes a new key for workspace w and returns it; only its hash
+// is stored. agentDID must be set for RoleAgent and empty otherwise.
+func (s *Store) CreateKey(w Workspace, role Role, agentDID string, nowMs int64) (string, Key, error) {
+	switch role {
+	case RoleWorkspace, RoleOperator:
+		if agentDID != "" {
+			return "", Key{}, fmt.Errorf("a %s key names no agent", role)
+		}
+	case RoleAgent:
+		if agentDID == "" {
+			return "", Key{}, errors.New("an agent key needs the agent's DID")
+		}
+	default:
+		return "", Key{}, fmt.Errorf("unknown key role %q", role)
+	}
+	var idb [6]byte
+	var secret [32]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return "", Key{}, fmt.Errorf("store: draw key id: %w", err)
+	}
+	if _, err := rand.Read(secret[:]); err != nil {
+		return "", Key{}, fmt.Errorf("store: draw key secret: %w", err)
+	}
+	id := hex.EncodeToString(idb[:])
+	key := KeyPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(secret[:])
+	_, err := s.db.Exec(`INSERT INTO keys(id, hash, workspace_id, role, agent_did, created_ms) VALUES(?, ?, ?, ?, ?, ?)`,
+		id, HashKey(key), w.ID, string(role), agentDID, nowMs)
+	if err != nil {
+		return "", Key{}, fmt.Errorf("store: create key: %w", err)
+	}
+	return key, Key{ID: id, WorkspaceID: w.ID, Workspace: w.Name, Role: role, AgentDID: agentDID, CreatedMs: nowMs}, nil
+}
+
+const keyColumns = `k.id, k.workspace_id, w.name, k.role, k.agent_did, k.created_ms, k.revoked_ms
+	FROM keys k JOIN workspaces w ON w.id = k.workspace_id`
+
+func scanKey(sc interface{ Scan(...any) error }) (Key, error) {
+	var k Key
+	var role string
+	err := sc.Scan(&k.ID, &k.WorkspaceID, &k.Workspace, &role, &k.AgentDID, &k.CreatedMs, &k.RevokedMs)
+	k.Role = Role(role)
+	return k, err
+}
+
+// LookupKey finds the key with this secret. ok is false when no key has
+// that hash; a revoked key is returned with RevokedMs set.
+func (s *Store) LookupKey(ctx context.Context, key string) (k Key, ok bool, err error) {
+	k, err = scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyColumns+` WHERE k.hash = ?`, HashKey(key)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, false, nil
+	}
+	if err != nil {
+		return Key{}, false, fmt.Errorf("store: look up key: %w", err)
+	}
+	return k, true, nil
+}
+
+// Keys lists the keys of one workspace, or of all when workspace is "".
+func (s *Store) Keys(workspace string) ([]Key, error) {
+	q := `SELECT ` + keyColumns
+	var args []any
+	if workspace != "" {
+		q += ` WHERE w.name = ?`
+		args = append(args, workspace)
+	}
+	rows, err := s.db.Query(q+` ORDER BY k.created_ms, k.id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	defer rows.Close()
+	var out []Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeKey revokes the key with this id (or this whole key). Revoking a
+// revoked key is not an error; an unknown one is ErrNotFound.
+func (s *Store) RevokeKey(idOrKey string, nowMs int64) (Key, error) {
+	id := idOrKey
+	if strings.HasPrefix(idOrKey, KeyPrefix) {
+		rest := idOrKey[len(KeyPrefix):]
+		if i := strings.IndexByte(rest, '_'); i > 0 {
+			id = rest[:i]
+		}
+	}
+	res, err := s.db.Exec(`UPDATE keys SET revoked_ms = ? WHERE id = ? AND revoked_ms = 0`, nowMs, id)
+	if err != nil {
+		return Key{}, fmt.Errorf("store: revoke key %s: %w", id, err)
+	}
+	_ = res
+	k, err := scanKey(s.db.QueryRow(`SELECT `+keyColumns+` WHERE k.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, fmt.Errorf("key %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("store: read key %s: %w", id, err)
+	}
+	return k, nil
+}
+
+// Record is one logged command of a workspace.
+type Record struct {
+	Workspace int64
+	Seq       int64 // 1, 2, ... per workspace
+	NowMs     int64
+	Op        string
+	Body      []byte
+	Status    int // the answer's status, checked on replay
+	// Snapshot, when set, is the machine's state right after this command;
+	// Commit stores it as the workspace's snapshot.
+	Snapshot []byte
+}
+
+// Event is one kernel event.
+type Event struct {
+	ID        int64 // assigned by the table
+	Workspace int64
+	Seq       int64 // the logged command that emitted it
+	Index     int   // its place among that command's events
+	Type      string
+	AtMs      int64
+	Body      []byte // the event's JSON object
+}
+
+// LogKeep is how many log records before a workspace's newest snapshot are
+// kept; older ones are deleted when a snapshot is written.
+const LogKeep = 4096
+
+// Commit writes recs (in order) and events in one transaction. The events
+// are written inside a savepoint: when they fail, they are dropped and
+// the records still commit; eventsErr says so. err is a failure of the
+// records: nothing of recs was written.
+func (s *Store) Commit(recs []Record, events []Event) (eventsErr, err error) {
+	tx, err := s.db.Begin()
+	if err != nil {
+		return nil, fmt.Errorf("store: begin commit: %w", err)
+	}
+	defer tx.Rollback()
+	if s.opts.BeforeCommit != nil {
+		if err := s.opts.BeforeCommit(); err != nil {
+			return nil, fmt.Errorf("store: commit: %w", err)
+		}
+	}
+	if len(recs) > 0 {
+		insLog, upSnap, delLog := tx.Stmt(s.insLog), tx.Stmt(s.upSnap), tx.Stmt(s.delLog)
+		for i := range recs {
+			r := &recs[i]
+			body := r.Body
+			if body == nil {
+				body = []byte{}
+			}
+			if _, err := insLog.Exec(r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status); err != nil {
+				return nil, fmt.Errorf("store: log command %d of workspace %d: %w", r.Seq, r.Workspace, err)
+			}
+			if r.Snapshot != nil {
+				if _, err := upSnap.Exec(r.Workspace, r.Seq, r.Snapshot); err != nil {
+					return nil, fmt.Errorf("store: snapshot workspace %d at %d: %w", r.Workspace, r.Seq, err)
+				}
+				if _, err := delLog.Exec(r.Workspace, r.Seq-LogKeep); err != nil {
+					return nil, fmt.Errorf("store: trim log of workspace %d: %w", r.Workspace, err)
+				}
+			}
+		}
+	}
+	if len(events) > 0 {
+		eventsErr = s.writeEvents(tx, events)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("store: commit: %w", err)
+	}
+	return eventsErr, nil
+}
+
+func (s *Store) writeEvents(tx *sql.Tx, events []Event) error {
+	if _, err := tx.Exec(`SAVEPOINT events`); err != nil {
+		return fmt.Errorf("store: events savepoint: %w", err)
+	}
+	ins := tx.Stmt(s.insEvent)
+	for _, e := range events {
+		if _, err := ins.Exec(e.Workspace, e.Seq, e.Index, e.Type, e.AtMs, string(e.Body)); err != nil {
+			tx.Exec(`ROLLBACK TO events`)
+			tx.Exec(`RELEASE events`)
+			return fmt.Errorf("store: write event %d of command %d (workspace %d): %w", e.Index, e.Seq, e.Workspace, err)
+		}
+	}
+	if _, err := tx.Exec(`RELEASE events`); err != nil {
+		return fmt.Errorf("store: release events savepoint: %w", err)
+	}
+	return nil
+}
+
+// SaveSnapshot stores a workspace's snapshot taken after command seq, on
+// its own (the server does this on shutdown).
+func (s *Store) SaveSnapshot(ws, seq int64, state []byte) error {
+	if _, err := s.upSnap.Exec(ws, seq, state); err != nil {
+		return fmt.Errorf("store: snapshot workspace %d at %d: %w", ws, seq, err)
+	}
+	return nil
+}
+
+// Load reads what recovers a workspace: its snapshot (nil when none) and
+// the seq it follows, then the logged commands after it, in order.
+func (s *Store) Load(ctx context.Context, ws int64) (snap []byte, snapSeq int64, recs []Record, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT seq, state FROM snapshots WHERE workspace_id = ?`, ws).Scan(&snapSeq, &snap)
+	if errors.Is(err, sql.ErrNoRows) {
+		snap, snapSeq, err = nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("store: read snapshot of workspace %d: %w", ws, err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, now_ms, op, body, status FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, snapSeq)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := Record{Workspace: ws}
+		if err := rows.Scan(&r.Seq, &r.NowMs, &r.Op, &r.Body, &r.Status); err != nil {
+			return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
+		}
+		recs = append(recs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
+	}
+	want := snapSeq + 1
+	for _, r := range recs {
+		if r.Seq != want {
+			return nil, 0, nil, fmt.Errorf("store: log of workspace %d has a gap: command %d follows %d", ws, r.Seq, want-1)
+		}
+		want++
+	}
+	return snap, snapSeq, recs, nil
+}
+
+// Events lists a workspace's events with id above afterID, oldest first,
+// at most limit of them.
+func (s *Store) Events(ctx context.Context, ws, afterID int64, limit int) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, seq, idx, type, at_ms, body FROM events
+		WHERE workspace_id = ? AND id > ? ORDER BY id LIMIT ?`, ws, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: read events of workspace %d: %w", ws, err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		e := Event{Workspace: ws}
+		var body string
+		if err := rows.Scan(&e.ID, &e.Seq, &e.Index, &e.Type, &e.AtMs, &body); err != nil {
+			return nil, fmt.Errorf("store: read events of workspace %d: %w", ws, err)
+		}
+		e.Body = []byte(body)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.db.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("store: ping %s: %w", s.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,268 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// workspace is one tenant's machine and what keeps it durable and on time.
+type workspace struct {
+	id   int64
+	name string
+
+	mu        sync.Mutex
+	eng       kernel.Engine // nil until loaded
+	seq       int64         // last logged command applied to eng
+	sinceSnap int           // logged commands since the last snapshot
+	loaded    uint64        // gen at the last load
+	last      *ticket       // commit of the last change applied
+	closed    bool
+
+	alarmAt   int64 // the time the armed timer ticks at; 0 when none
+	alarmStop func() bool
+
+	// gen rises when the machine in memory may differ from the disk (a
+	// failed commit, an engine failure); commands then wait for a reload.
+	gen atomic.Uint64
+}
+
+func (ws *workspace) needsReload() bool { return ws.eng == nil || ws.loaded != ws.gen.Load() }
+
+// errUnavailable is the cause behind a 503 that is not the store's own.
+var errShutdown = errors.New("the server is shutting down")
+
+// workspace returns the loaded workspace with this id, loading it (and
+// arming its alarm) on first use: keys made by `leaseplane keys create`
+// while the server runs can name a workspace it has not seen.
+func (s *Server) workspace(id int64) (*workspace, error) {
+	s.wsMu.RLock()
+	ws := s.workspaces[id]
+	s.wsMu.RUnlock()
+	if ws != nil {
+		return ws, nil
+	}
+	w, err := s.store.WorkspaceByID(id)
+	if err != nil {
+		return nil, err
+	}
+	s.wsMu.Lock()
+	if ws = s.workspaces[id]; ws == nil {
+		ws = &workspace{id: w.ID, name: w.Name}
+		s.workspaces[id] = ws
+		s.metrics.workspaces.Set(float64(len(s.workspaces)))
+	}
+	s.wsMu.Unlock()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.needsReload() {
+		if err := s.load(ws); err != nil {
+			return nil, err
+		}
+	}
+	return ws, nil
+}
+
+// load rebuilds ws's machine from its snapshot and log; ws.mu is held.
+func (s *Server) load(ws *workspace) error {
+	gen := ws.gen.Load()
+	start := time.Now()
+	w, err := s.store.WorkspaceByID(ws.id)
+	if err != nil {
+		return err
+	}
+	snap, snapSeq, recs, err := s.store.Load(context.Background(), ws.id)
+	if err != nil {
+		return err
+	}
+	var eng kernel.Engine
+	if snap != nil {
+		eng, err = s.engine.Restore(snap)
+	} else {
+		eng, err = s.engine.New(w.Rules)
+	}
+	if err != nil {
+		return fmt.Errorf("server: start machine of workspace %s: %w", ws.name, err)
+	}
+	for _, r := range recs {
+		res, err := eng.Apply(kernel.Op(r.Op), r.NowMs, r.Body)
+		if err != nil {
+			eng.Close()
+			return fmt.Errorf("server: replay command %d of workspace %s: %w", r.Seq, ws.name, err)
+		}
+		if res.Status != r.Status {
+			s.log.Error("replay answered differently than logged", "workspace", ws.name, "seq", r.Seq,
+				"op", r.Op, "logged", r.Status, "replayed", res.Status)
+		}
+		if !bytes.Equal(res.Events, emptyEvents) {
+			s.commit.sink(ws.id, r.Seq, res.Events)
+		}
+	}
+	if ws.eng != nil {
+		ws.eng.Close()
+	}
+	ws.eng = eng
+	ws.seq = snapSeq
+	if n := len(recs); n > 0 {
+		ws.seq = recs[n-1].Seq
+	}
+	ws.sinceSnap = len(recs)
+	ws.last = nil
+	ws.loaded = gen
+	ws.alarmAt = 0
+	s.arm(ws)
+	s.log.Info("workspace loaded", "workspace", ws.name, "snapshotSeq", snapSeq, "replayed", len(recs),
+		"ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+var emptyEvents = []byte("[]")
+
+// applied is a command's outcome, still to be made durable.
+type applied struct {
+	res    kernel.Result
+	ticket *ticket // the commit to wait for; nil when none
+	err    error   // the server failed: answer 503
+}
+
+// applyLocked applies one command to ws (ws.mu held), hands it to the
+// committer when it changed state, and re-arms the alarm.
+func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) applied {
+	if ws.closed {
+		return applied{err: errShutdown}
+	}
+	if ws.needsReload() {
+		s.metrics.reloads.Inc()
+		if err := s.load(ws); err != nil {
+			s.log.Error("reload of workspace failed", "workspace", ws.name, "err", err)
+			return applied{err: err}
+		}
+	}
+	now := s.cfg.Clock().UnixMilli()
+	res, err := ws.eng.Apply(op, now, body)
+	if err != nil {
+		ws.gen.Add(1)
+		s.log.Error("engine failed; the workspace will be reloaded", "workspace", ws.name, "op", op, "err", err)
+		return applied{err: fmt.Errorf("engine: %w", err)}
+	}
+	out := applied{res: res}
+	if res.Changed {
+		ws.seq++
+		rec := store.Record{
+			Workspace: ws.id,
+			Seq:       ws.seq,
+			NowMs:     now,
+			Op:        string(op),
+			Body:      append([]byte(nil), body...),
+			Status:    res.Status,
+		}
+		ws.sinceSnap++
+		if ws.sinceSnap >= s.cfg.SnapshotEvery {
+			snap, err := ws.eng.Snapshot()
+			if err != nil {
+				s.log.Warn("snapshot failed; will try again", "workspace", ws.name, "err", err)
+			} else {
+				rec.Snapshot = snap
+				ws.sinceSnap = 0
+			}
+		}
+		t := s.commit.enqueue(ws, ws.loaded, rec, res.Events)
+		ws.last = t
+		out.ticket = t
+	} else {
+		out.ticket = ws.last
+	}
+	s.arm(ws)
+	return out
+}
+
+// wait blocks until a's commit is done and reports its failure.
+func (a applied) wait() error {
+	if a.err != nil {
+		return a.err
+	}
+	if a.ticket != nil {
+		<-a.ticket.done
+		return a.ticket.err
+	}
+	return nil
+}
+
+// arm sets ws's timer to the machine's next alarm (ws.mu held).
+func (s *Server) arm(ws *workspace) {
+	if ws.closed || ws.eng == nil {
+		return
+	}
+	at, ok, err := ws.eng.NextAlarm()
+	if err != nil {
+		s.log.Error("engine failed to give its next alarm", "workspace", ws.name, "err", err)
+		ws.gen.Add(1)
+		ok = false
+	}
+	if !ok {
+		ws.disarm()
+		return
+	}
+	if at == ws.alarmAt && ws.alarmStop != nil {
+		return
+	}
+	ws.disarm()
+	ws.alarmAt = at
+	d := time.Duration(at-s.cfg.Clock().UnixMilli()) * time.Millisecond
+	if d < 0 {
+		d = 0
+	}
+	ws.alarmStop = s.cfg.AfterFunc(d, func() { s.alarm(ws, at) })
+}
+
+// disarm stops ws's timer (ws.mu held).
+func (ws *workspace) disarm() {
+	if ws.alarmStop != nil {
+		ws.alarmStop()
+		ws.alarmStop = nil
+	}
+	ws.alarmAt = 0
+}
+
+// alarm sends tick to ws when its timer for at fires. at 0 is a retry
+// after a failure and always ticks.
+func (s *Server) alarm(ws *workspace, at int64) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return
+	}
+	ws.mu.Lock()
+	if at != 0 && ws.alarmAt != at {
+		ws.mu.Unlock() // re-armed meanwhile: a newer timer owns the tick
+		return
+	}
+	if now := s.cfg.Clock().UnixMilli(); at != 0 && now < at {
+		// Early (a clock that moved back): wait again.
+		ws.alarmStop = s.cfg.AfterFunc(time.Duration(at-now)*time.Millisecond, func() { s.alarm(ws, at) })
+		ws.mu.Unlock()
+		return
+	}
+	ws.alarmStop = nil
+	ws.alarmAt = 0
+	a := s.applyLocked(ws, kernel.OpTick, nil)
+	ws.mu.Unlock()
+	s.metrics.alarms.Inc()
+	if err := a.wait(); err != nil {
+		s.log.Error("alarm tick failed; retrying in 1 s", "workspace", ws.name, "err", err)
+		ws.mu.Lock()
+		if !ws.closed {
+			ws.disarm()
+			ws.alarmAt = -1
+			ws.alarmStop = s.cfg.AfterFunc(time.Second, func() { s.alarm(ws, 0) })
+		}
+		ws.mu.Unlock()
+	}
+}
