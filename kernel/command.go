@@ -7,40 +7,71 @@ import (
 	"unicode/utf8"
 )
 
-// fieldSet lists the body fields an operation takes.
-var fieldSet = map[Op][]string{
-	OpAcquire: {"resource", "actorDid", "mode", "ttlMs"},
-	OpRelease: {"resource", "actorDid", "leaseId"},
-	OpWait:    nil,
-	OpTick:    nil,
-	OpSuspend: {"actorDid"},
-	OpResume:  {"actorDid"},
+// fieldBits is a set of body fields.
+type fieldBits uint8
+
+const (
+	fResource fieldBits = 1 << iota
+	fActorDid
+	fMode
+	fTTLMs
+	fLeaseID
+)
+
+// opFields is the set of body fields op takes; ok is false for an unknown op.
+func opFields(op Op) (f fieldBits, ok bool) {
+	switch op {
+	case OpAcquire:
+		return fResource | fActorDid | fMode | fTTLMs, true
+	case OpRelease:
+		return fResource | fActorDid | fLeaseID, true
+	case OpWait, OpTick:
+		return 0, true
+	case OpSuspend, OpResume:
+		return fActorDid, true
+	}
+	return 0, false
 }
+
+// fieldBit names a body field; 0 for a name that is no field.
+func fieldBit(key string) fieldBits {
+	switch key {
+	case "resource":
+		return fResource
+	case "actorDid":
+		return fActorDid
+	case "mode":
+		return fMode
+	case "ttlMs":
+		return fTTLMs
+	case "leaseId":
+		return fLeaseID
+	}
+	return 0
+}
+
+const errOp = "op must be one of acquire, release, wait, tick, suspend, resume"
 
 // ParseOp checks an operation name.
 func ParseOp(s string) (Op, error) {
 	op := Op(s)
-	if _, ok := fieldSet[op]; !ok {
-		return "", errors.New("op must be one of acquire, release, wait, tick, suspend, resume")
+	if _, ok := opFields(op); !ok {
+		return "", errors.New(errOp)
 	}
 	return op, nil
 }
 
-func takes(op Op, field string) bool {
-	for _, f := range fieldSet[op] {
-		if f == field {
-			return true
-		}
-	}
-	return false
+func takes(op Op, field fieldBits) bool {
+	f, _ := opFields(op)
+	return f&field != 0
 }
 
 // DecodeRequest reads a REST body for op. An empty body is an empty object.
 // The error names the field at fault; the host answers it with
 // InvalidAnswer (Machine.ApplyJSON does).
 func DecodeRequest(op Op, nowMs int64, body []byte) (Command, error) {
-	if _, ok := fieldSet[op]; !ok {
-		return Command{}, errors.New("op must be one of acquire, release, wait, tick, suspend, resume")
+	if _, ok := opFields(op); !ok {
+		return Command{}, errors.New(errOp)
 	}
 	c := Command{Op: op, NowMs: nowMs}
 	if len(body) == 0 {
@@ -63,26 +94,33 @@ func DecodeStep(step []byte) (Command, error) {
 	return c, c.Validate()
 }
 
+// maxFields bounds the members a request may have: more than the fields of
+// any op plus atMs and op means an unknown or duplicated one.
+const maxFields = 8
+
 func decodeFields(body []byte, step bool, c *Command) error {
 	r := reader{b: body}
-	var seen [8]string
-	nseen := 0
-	var hasOp, hasAt bool
-	var later []struct {
-		key string
+	type member struct {
+		key []byte
 		v   jsonValue
 	}
-	err := r.object(func(key string, v jsonValue) error {
-		for _, s := range seen[:nseen] {
-			if s == key {
-				return errors.New("duplicate field " + key)
+	var buf [maxFields]member
+	fields := buf[:0]
+	var hasOp, hasAt bool
+	done, err := r.objectStart()
+	for !done && err == nil {
+		var key []byte
+		var v jsonValue
+		key, v, done, err = r.member()
+		if err != nil {
+			break
+		}
+		for _, f := range fields {
+			if string(f.key) == string(key) {
+				return errors.New("duplicate field " + string(key))
 			}
 		}
-		if nseen < len(seen) {
-			seen[nseen] = key
-			nseen++
-		}
-		if step && key == "op" {
+		if step && string(key) == "op" {
 			if v.kind != kindString {
 				return errors.New("op must be a string")
 			}
@@ -91,23 +129,16 @@ func decodeFields(body []byte, step bool, c *Command) error {
 				return err
 			}
 			c.Op, hasOp = op, true
-			return nil
-		}
-		if step && key == "atMs" {
+		} else if step && string(key) == "atMs" {
 			n, ok := intValue(v.raw)
 			if v.kind != kindNumber || !ok || n < 0 {
 				return errors.New("atMs must be a non-negative integer of milliseconds")
 			}
 			c.NowMs, hasAt = n, true
-			return nil
 		}
 		// Fields depend on op, which a step may give after them.
-		later = append(later, struct {
-			key string
-			v   jsonValue
-		}{key, v})
-		return nil
-	})
+		fields = append(fields, member{key, v})
+	}
 	if err != nil {
 		return err
 	}
@@ -119,8 +150,11 @@ func decodeFields(body []byte, step bool, c *Command) error {
 			return errors.New("atMs is required")
 		}
 	}
-	for _, f := range later {
-		if err := setField(c, f.key, f.v); err != nil {
+	for _, f := range fields {
+		if step && (string(f.key) == "op" || string(f.key) == "atMs") {
+			continue
+		}
+		if err := setField(c, string(f.key), f.v); err != nil {
 			return err
 		}
 	}
@@ -128,12 +162,12 @@ func decodeFields(body []byte, step bool, c *Command) error {
 }
 
 func setField(c *Command, key string, v jsonValue) error {
-	if !takes(c.Op, key) {
-		switch key {
-		case "resource", "actorDid", "mode", "ttlMs", "leaseId":
-			return errors.New(string(c.Op) + " does not take " + key)
-		}
+	bit := fieldBit(key)
+	if bit == 0 {
 		return errors.New("unknown field " + quoteField(key))
+	}
+	if !takes(c.Op, bit) {
+		return errors.New(string(c.Op) + " does not take " + key)
 	}
 	if v.kind == kindNull {
 		return nil // null is the same as absent
@@ -176,18 +210,18 @@ func quoteField(s string) string {
 
 // Validate checks the command's fields for its op; the error names the field.
 func (c Command) Validate() error {
-	if _, ok := fieldSet[c.Op]; !ok {
-		return errors.New("op must be one of acquire, release, wait, tick, suspend, resume")
+	if _, ok := opFields(c.Op); !ok {
+		return errors.New(errOp)
 	}
 	if c.NowMs < 0 {
 		return errors.New("nowMs must not be negative")
 	}
-	if takes(c.Op, "resource") {
+	if takes(c.Op, fResource) {
 		if err := validResource(c.Resource); err != nil {
 			return err
 		}
 	}
-	if takes(c.Op, "actorDid") {
+	if takes(c.Op, fActorDid) {
 		if err := validActor(c.ActorDid); err != nil {
 			return err
 		}
@@ -212,13 +246,22 @@ func validResource(s string) error {
 	if len(s) > MaxResourceLen {
 		return errors.New("resource must be at most 256 bytes")
 	}
-	if !utf8.ValidString(s) {
-		return errors.New("resource must be valid UTF-8")
-	}
-	for _, r := range s {
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c < ' ' || c == 0x7f {
+				return errors.New("resource must not contain control characters")
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return errors.New("resource must be valid UTF-8")
+		}
 		if unicode.IsControl(r) {
 			return errors.New("resource must not contain control characters")
 		}
+		i += size
 	}
 	return nil
 }
@@ -233,13 +276,22 @@ func validActor(s string) error {
 	if len(s) < MinActorLen || len(s) > MaxActorLen {
 		return errors.New("actorDid must be 5-256 bytes")
 	}
-	if !utf8.ValidString(s) {
-		return errors.New("actorDid must be valid UTF-8")
-	}
-	for _, r := range s {
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c <= ' ' || c == 0x7f {
+				return errors.New("actorDid must not contain white space or control characters")
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return errors.New("actorDid must be valid UTF-8")
+		}
 		if unicode.IsControl(r) || unicode.IsSpace(r) {
 			return errors.New("actorDid must not contain white space or control characters")
 		}
+		i += size
 	}
 	return nil
 }

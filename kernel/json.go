@@ -147,58 +147,73 @@ func (r *reader) syntax(what string) error {
 
 // object reads a JSON object and calls field for each member in order.
 func (r *reader) object(field func(key string, v jsonValue) error) error {
+	done, err := r.objectStart()
+	for !done && err == nil {
+		var key []byte
+		var v jsonValue
+		key, v, done, err = r.member()
+		if err == nil {
+			err = field(string(key), v)
+		}
+	}
+	return err
+}
+
+// objectStart reads the opening brace of the document's object; done is
+// true for an empty object (then the whole document has been read).
+func (r *reader) objectStart() (done bool, err error) {
 	r.skipSpace()
 	if r.pos >= len(r.b) {
-		return errors.New("body is empty: want a JSON object")
+		return false, errors.New("body is empty: want a JSON object")
 	}
 	if r.b[r.pos] != '{' {
 		v, err := r.value(0)
 		if err != nil {
-			return err
+			return false, err
 		}
-		return errors.New("body must be a JSON object, not " + v.kind.String())
+		return false, errors.New("body must be a JSON object, not " + v.kind.String())
 	}
 	r.pos++
 	r.skipSpace()
 	if r.pos < len(r.b) && r.b[r.pos] == '}' {
 		r.pos++
-		return r.end()
+		return true, r.end()
 	}
-	for {
-		r.skipSpace()
-		if r.pos >= len(r.b) || r.b[r.pos] != '"' {
-			return r.syntax("want a field name")
-		}
-		key, err := r.string()
-		if err != nil {
-			return err
-		}
-		r.skipSpace()
-		if r.pos >= len(r.b) || r.b[r.pos] != ':' {
-			return r.syntax("want ':' after a field name")
-		}
+	return false, nil
+}
+
+// member reads one member of the object and the separator after it; done
+// is true after the closing brace (then the whole document has been read).
+// key aliases the input when it has no escapes.
+func (r *reader) member() (key []byte, v jsonValue, done bool, err error) {
+	r.skipSpace()
+	if r.pos >= len(r.b) || r.b[r.pos] != '"' {
+		return nil, v, false, r.syntax("want a field name")
+	}
+	if key, err = r.stringBytes(); err != nil {
+		return nil, v, false, err
+	}
+	r.skipSpace()
+	if r.pos >= len(r.b) || r.b[r.pos] != ':' {
+		return nil, v, false, r.syntax("want ':' after a field name")
+	}
+	r.pos++
+	if v, err = r.value(0); err != nil {
+		return nil, v, false, err
+	}
+	r.skipSpace()
+	if r.pos >= len(r.b) {
+		return nil, v, false, r.syntax("unexpected end of input in an object")
+	}
+	switch r.b[r.pos] {
+	case ',':
 		r.pos++
-		v, err := r.value(0)
-		if err != nil {
-			return err
-		}
-		if err := field(key, v); err != nil {
-			return err
-		}
-		r.skipSpace()
-		if r.pos >= len(r.b) {
-			return r.syntax("unexpected end of input in an object")
-		}
-		if r.b[r.pos] == ',' {
-			r.pos++
-			continue
-		}
-		if r.b[r.pos] == '}' {
-			r.pos++
-			return r.end()
-		}
-		return r.syntax("want ',' or '}'")
+		return key, v, false, nil
+	case '}':
+		r.pos++
+		return key, v, true, r.end()
 	}
+	return nil, v, false, r.syntax("want ',' or '}'")
 }
 
 func (r *reader) end() error {
@@ -332,6 +347,13 @@ func (r *reader) number() error {
 // Invalid UTF-8 and lone surrogates are errors: the kernel keeps names
 // exactly as sent or refuses them.
 func (r *reader) string() (string, error) {
+	b, err := r.stringBytes()
+	return string(b), err
+}
+
+// stringBytes is string without the copy when the text has no escapes: the
+// result then aliases the input.
+func (r *reader) stringBytes() ([]byte, error) {
 	r.pos++
 	start := r.pos
 	// Fast path: no escapes.
@@ -341,15 +363,15 @@ func (r *reader) string() (string, error) {
 			s := r.b[start:r.pos]
 			r.pos++
 			if !utf8.Valid(s) {
-				return "", errors.New("string is not valid UTF-8")
+				return nil, errors.New("string is not valid UTF-8")
 			}
-			return string(s), nil
+			return s, nil
 		}
 		if c == '\\' {
 			break
 		}
 		if c < 0x20 {
-			return "", r.syntax("control character in a string")
+			return nil, r.syntax("control character in a string")
 		}
 		r.pos++
 	}
@@ -360,11 +382,11 @@ func (r *reader) string() (string, error) {
 		case c == '"':
 			r.pos++
 			if !utf8.Valid(buf) {
-				return "", errors.New("string is not valid UTF-8")
+				return nil, errors.New("string is not valid UTF-8")
 			}
-			return string(buf), nil
+			return buf, nil
 		case c < 0x20:
-			return "", r.syntax("control character in a string")
+			return nil, r.syntax("control character in a string")
 		case c != '\\':
 			buf = append(buf, c)
 			r.pos++
@@ -392,7 +414,7 @@ func (r *reader) string() (string, error) {
 		case 'u':
 			r1, ok := r.hex4()
 			if !ok {
-				return "", r.syntax("invalid \\u escape")
+				return nil, r.syntax("invalid \\u escape")
 			}
 			if r1 >= 0xd800 && r1 < 0xdc00 {
 				if r.pos+1 < len(r.b) && r.b[r.pos] == '\\' && r.b[r.pos+1] == 'u' {
@@ -403,17 +425,17 @@ func (r *reader) string() (string, error) {
 						continue
 					}
 				}
-				return "", r.syntax("lone surrogate in a \\u escape")
+				return nil, r.syntax("lone surrogate in a \\u escape")
 			}
 			if r1 >= 0xdc00 && r1 < 0xe000 {
-				return "", r.syntax("lone surrogate in a \\u escape")
+				return nil, r.syntax("lone surrogate in a \\u escape")
 			}
 			buf = utf8.AppendRune(buf, r1)
 		default:
-			return "", r.syntax("invalid escape in a string")
+			return nil, r.syntax("invalid escape in a string")
 		}
 	}
-	return "", r.syntax("unterminated string")
+	return nil, r.syntax("unterminated string")
 }
 
 func (r *reader) hex4() (rune, bool) {

@@ -23,11 +23,12 @@ type Machine struct {
 }
 
 type resource struct {
-	name    string
-	shared  bool
-	fence   int64
-	leases  []*lease  // live leases in grant (fence) order
-	waiters []*waiter // queue order
+	name     string
+	nameJSON []byte // name as a JSON string, escaped once
+	shared   bool
+	fence    int64
+	leases   []*lease  // live leases in grant (fence) order
+	waiters  []*waiter // queue order
 }
 
 type lease struct {
@@ -52,7 +53,8 @@ type waiter struct {
 
 type agent struct {
 	did       string
-	trust2    int64 // trust score in half points
+	didJSON   []byte // did as a JSON string, escaped once
+	trust2    int64  // trust score in half points
 	suspended bool
 	waits     []*waiter // in the order it began waiting (seq)
 	mark      uint64    // == Machine.epoch when the cycle search has seen it
@@ -95,7 +97,7 @@ func (m *Machine) ApplyJSON(op Op, nowMs int64, body []byte) Result {
 	if err != nil {
 		return invalidResult(err.Error())
 	}
-	return m.Apply(c)
+	return m.apply(c)
 }
 
 // Step decodes and applies one scenario step.
@@ -104,7 +106,7 @@ func (m *Machine) Step(step []byte) Result {
 	if err != nil {
 		return invalidResult(err.Error())
 	}
-	return m.Apply(c)
+	return m.apply(c)
 }
 
 // InvalidAnswer is the body of an invalid_request refusal with msg.
@@ -124,6 +126,11 @@ func (m *Machine) Apply(c Command) Result {
 	if err := c.Validate(); err != nil {
 		return invalidResult(err.Error())
 	}
+	return m.apply(c)
+}
+
+// apply applies a command that has been validated.
+func (m *Machine) apply(c Command) Result {
 	m.changed = false
 	m.events = append(m.events[:0], '[')
 	m.nevents = 0
@@ -164,7 +171,7 @@ func (m *Machine) lapse() {
 			res := t.res
 			res.leases = removeLease(res.leases, l)
 			l.owner.trust2 += expireTrust2
-			m.event("coordination.expire", l.at, res.name, l.holder, l, expireTrust2)
+			m.event("coordination.expire", l.at, l.owner, l, expireTrust2)
 		} else {
 			w := t.waiter
 			m.dropWaiter(t.res, w)
@@ -188,17 +195,19 @@ func (m *Machine) lapse() {
 func (m *Machine) agentFor(did string) *agent {
 	a := m.agents[did]
 	if a == nil {
-		a = &agent{did: did}
+		a = newAgent(did)
 		m.agents[did] = a
 		m.changed = true
 	}
 	return a
 }
 
+func newAgent(did string) *agent { return &agent{did: did, didJSON: appendString(nil, did)} }
+
 func (m *Machine) resourceFor(name string) *resource {
 	res := m.resources[name]
 	if res == nil {
-		res = &resource{name: name, shared: m.rules.shared(name)}
+		res = &resource{name: name, nameJSON: appendString(nil, name), shared: m.rules.shared(name)}
 		m.resources[name] = res
 	}
 	return res
@@ -288,7 +297,7 @@ func (m *Machine) acquire(c Command) Result {
 			own.mode = mode
 			own.at = m.now + LeaseTTLMs
 			m.timers.fix(&own.timer)
-			m.event("coordination.renew", m.now, res.name, own.holder, own, 0)
+			m.event("coordination.renew", m.now, own.owner, own, 0)
 		} else {
 			res.fence++
 			own = &lease{
@@ -302,13 +311,13 @@ func (m *Machine) acquire(c Command) Result {
 			own.timer = timer{at: m.now + LeaseTTLMs, res: res, lease: own}
 			res.leases = append(res.leases, own)
 			m.timers.push(&own.timer)
-			m.event("coordination.lease", m.now, res.name, own.holder, own, 0)
+			m.event("coordination.lease", m.now, own.owner, own, 0)
 		}
 		if w := res.waiterOf(c.ActorDid); w != nil {
 			m.dropWaiter(res, w)
 		}
 		b := append(make([]byte, 0, 256), `{"ok":true,"lease":`...)
-		b = appendLease(b, res.name, own)
+		b = appendLease(b, own)
 		return Result{Status: 200, Answer: append(b, '}')}
 	}
 	holders := make([]string, 0, nconf)
@@ -500,7 +509,7 @@ func (m *Machine) release(c Command) Result {
 		res.leases = removeLease(res.leases, own)
 		m.timers.remove(&own.timer)
 		own.owner.trust2 += releaseTrust2
-		m.event("coordination.release", m.now, res.name, own.holder, own, releaseTrust2)
+		m.event("coordination.release", m.now, own.owner, own, releaseTrust2)
 		b = append(b, `true,"releasedIds":[`...)
 		b = appendString(b, own.id)
 		b = append(b, ']')
@@ -520,7 +529,7 @@ func (m *Machine) suspend(did string) Result {
 		m.changed = true
 		// Only a change of state emits an event: suspending again is a no-op
 		// (a suspended agent holds and waits on nothing), like resume.
-		m.event("operator.suspend", m.now, "", did, nil, 0)
+		m.event("operator.suspend", m.now, a, nil, 0)
 	}
 	var names []string
 	for name, res := range m.resources {
@@ -536,7 +545,7 @@ func (m *Machine) suspend(did string) Result {
 		res.leases = removeLease(res.leases, l)
 		m.timers.remove(&l.timer)
 		ids = append(ids, l.id)
-		m.event("coordination.revoke", m.now, res.name, did, l, 0)
+		m.event("coordination.revoke", m.now, a, l, 0)
 	}
 	for len(a.waits) > 0 {
 		w := a.waits[0]
@@ -556,7 +565,7 @@ func (m *Machine) resume(did string) Result {
 	if a := m.agents[did]; a != nil && a.suspended {
 		a.suspended = false
 		m.changed = true
-		m.event("operator.resume", m.now, "", did, nil, 0)
+		m.event("operator.resume", m.now, a, nil, 0)
 	}
 	b := append([]byte(nil), `{"ok":true,"actorDid":`...)
 	b = appendString(b, did)
@@ -565,7 +574,7 @@ func (m *Machine) resume(did string) Result {
 
 // event appends one event to the command's list. l is nil for operator
 // events, which carry no resource or lease.
-func (m *Machine) event(typ string, at int64, res, actor string, l *lease, trust2 int64) {
+func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) {
 	b := m.events
 	if m.nevents > 0 {
 		b = append(b, ',')
@@ -577,14 +586,14 @@ func (m *Machine) event(typ string, at int64, res, actor string, l *lease, trust
 	b = appendInt(b, at)
 	if l != nil {
 		b = append(b, `,"resource":`...)
-		b = appendString(b, res)
+		b = append(b, l.res.nameJSON...)
 	}
 	b = append(b, `,"actorDid":`...)
-	b = appendString(b, actor)
+	b = append(b, a.didJSON...)
 	if l != nil {
-		b = append(b, `,"leaseId":`...)
-		b = appendString(b, l.id)
-		b = append(b, `,"fence":`...)
+		b = append(b, `,"leaseId":"`...)
+		b = append(b, l.id...)
+		b = append(b, `","fence":`...)
 		b = appendInt(b, l.fence)
 		b = append(b, `,"mode":"`...)
 		b = append(b, l.mode...)
@@ -596,13 +605,15 @@ func (m *Machine) event(typ string, at int64, res, actor string, l *lease, trust
 	m.events = append(b, '}')
 }
 
-func appendLease(b []byte, res string, l *lease) []byte {
-	b = append(b, `{"id":`...)
-	b = appendString(b, l.id)
-	b = append(b, `,"resource":`...)
-	b = appendString(b, res)
+// appendLease appends a lease as answers show it. Lease ids are hex and
+// need no escaping; names are escaped once, when first seen.
+func appendLease(b []byte, l *lease) []byte {
+	b = append(b, `{"id":"`...)
+	b = append(b, l.id...)
+	b = append(b, `","resource":`...)
+	b = append(b, l.res.nameJSON...)
 	b = append(b, `,"holder":`...)
-	b = appendString(b, l.holder)
+	b = append(b, l.owner.didJSON...)
 	b = append(b, `,"mode":"`...)
 	b = append(b, l.mode...)
 	b = append(b, `","fence":`...)
@@ -645,7 +656,7 @@ func (m *Machine) waitAnswer() []byte {
 			if j > 0 {
 				b = append(b, ',')
 			}
-			b = appendLease(b, res.name, l)
+			b = appendLease(b, l)
 		}
 		b = append(b, `],"waiters":[`...)
 		for j, w := range res.waiters {

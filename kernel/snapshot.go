@@ -174,7 +174,9 @@ func Restore(b []byte) (*Machine, error) {
 		if err := validActor(a.Did); err != nil {
 			return nil, fmt.Errorf("restore: agent: %w", err)
 		}
-		m.agents[a.Did] = &agent{did: a.Did, trust2: a.TrustHalves, suspended: a.Suspended}
+		ag := newAgent(a.Did)
+		ag.trust2, ag.suspended = a.TrustHalves, a.Suspended
+		m.agents[a.Did] = ag
 	}
 	var waits []*waiter
 	for _, rs := range s.Resources {
