@@ -19,6 +19,7 @@ type Machine struct {
 	deadlocks []deadlockPair
 	changed   bool
 	events    []byte // events of the command being applied
+	ans       []byte // scratch for the answer of the command being applied
 	nevents   int
 }
 
@@ -155,7 +156,13 @@ func (m *Machine) apply(c Command) Result {
 		r = m.resume(c.ActorDid)
 	}
 	m.events = append(m.events, ']')
-	r.Events = append([]byte(nil), m.events...)
+	// Answer and events share one allocation; the scratch buffers stay.
+	la := len(r.Answer)
+	out := make([]byte, la+len(m.events))
+	copy(out, r.Answer)
+	copy(out[la:], m.events)
+	m.ans = r.Answer[:0]
+	r.Answer, r.Events = out[:la:la], out[la:]
 	r.Changed = m.changed
 	return r
 }
@@ -316,7 +323,7 @@ func (m *Machine) acquire(c Command) Result {
 		if w := res.waiterOf(c.ActorDid); w != nil {
 			m.dropWaiter(res, w)
 		}
-		b := append(make([]byte, 0, 256), `{"ok":true,"lease":`...)
+		b := append(m.ans[:0], `{"ok":true,"lease":`...)
 		b = appendLease(b, own)
 		return Result{Status: 200, Answer: append(b, '}')}
 	}
@@ -345,7 +352,7 @@ func (m *Machine) acquire(c Command) Result {
 		m.timers.fix(&w.timer)
 	}
 	waitMs := BackoffMs(len(res.waiters))
-	b := append(make([]byte, 0, 256), `{"ok":false,"reason":"lease_held","holder":`...)
+	b := append(m.ans[:0], `{"ok":false,"reason":"lease_held","holder":`...)
 	b = appendString(b, holders[0])
 	b = append(b, `,"holders":`...)
 	b = appendStrings(b, holders)
@@ -454,7 +461,7 @@ func (m *Machine) deadlock(actor, resName string, cycle []string) Result {
 	if !found {
 		m.deadlocks = append(m.deadlocks, deadlockPair{actor, resName, holder, waitingOn, m.now})
 	}
-	b := append(make([]byte, 0, 256), `{"ok":false,"reason":"deadlock","holder":`...)
+	b := append(m.ans[:0], `{"ok":false,"reason":"deadlock","holder":`...)
 	b = appendString(b, holder)
 	b = append(b, `,"waitingOn":`...)
 	b = appendString(b, waitingOn)
@@ -495,13 +502,13 @@ func (m *Machine) release(c Command) Result {
 		own = res.leaseOf(c.ActorDid)
 	}
 	if c.HasLeaseID && (own == nil || own.id != c.LeaseID) {
-		b := append([]byte(nil), `{"ok":false,"reason":"stale_lease","leaseId":`...)
+		b := append(m.ans[:0], `{"ok":false,"reason":"stale_lease","leaseId":`...)
 		b = appendString(b, c.LeaseID)
 		b = append(b, `,"error":`...)
 		b = appendString(b, "leaseId is not a live lease of "+c.ActorDid+" on "+c.Resource)
 		return Result{Status: 409, Answer: append(b, '}')}
 	}
-	b := append(make([]byte, 0, 64), `{"ok":true,"released":`...)
+	b := append(m.ans[:0], `{"ok":true,"released":`...)
 	if own == nil {
 		b = append(b, `false,"releasedIds":[]`...)
 	} else {
@@ -551,7 +558,7 @@ func (m *Machine) suspend(did string) Result {
 		w := a.waits[0]
 		m.dropWaiter(w.res, w)
 	}
-	b := append([]byte(nil), `{"ok":true,"actorDid":`...)
+	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
 	b = appendString(b, did)
 	b = append(b, `,"suspended":true,"revokedIds":`...)
 	if ids == nil {
@@ -567,7 +574,7 @@ func (m *Machine) resume(did string) Result {
 		m.changed = true
 		m.event("operator.resume", m.now, a, nil, 0)
 	}
-	b := append([]byte(nil), `{"ok":true,"actorDid":`...)
+	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
 	b = appendString(b, did)
 	return Result{Status: 200, Answer: append(b, `,"suspended":false}`...)}
 }
@@ -638,7 +645,7 @@ func (m *Machine) activeResources() []*resource {
 }
 
 func (m *Machine) waitAnswer() []byte {
-	b := append(make([]byte, 0, 512), `{"ok":true,"nowMs":`...)
+	b := append(m.ans[:0], `{"ok":true,"nowMs":`...)
 	b = appendInt(b, m.now)
 	b = append(b, `,"queues":[`...)
 	for i, res := range m.activeResources() {
@@ -698,7 +705,7 @@ func (m *Machine) waitAnswer() []byte {
 }
 
 func (m *Machine) tickAnswer() []byte {
-	b := append([]byte(nil), `{"ok":true,"nowMs":`...)
+	b := append(m.ans[:0], `{"ok":true,"nowMs":`...)
 	b = appendInt(b, m.now)
 	b = append(b, `,"nextAlarmMs":`...)
 	if at, ok := m.NextAlarm(); ok {
