@@ -26,6 +26,8 @@ wasm:
 	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='$(WASM_LDFLAGS)' -o web/static/leaseplane.wasm ./wasm/js
 	cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js
 	node wasm/js/compress.js web/static/leaseplane.wasm
+	mkdir -p wasm/wazero/run-make-wasm
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm ./wasm/wasip1
 
 test: wasm check-generated test-go test-fuzz parity test-node test-browser
 	@echo "make test: all suites passed"
@@ -55,4 +57,4 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./kernel
 
 clean:
-	rm -rf bin web/static/leaseplane.wasm web/static/wasm_exec.js wasm/wazero/leaseplane-wasip1.wasm
+	rm -rf bin web/static/leaseplane.wasm web/static/wasm_exec.js web/static/leaseplane.wasm.gz web/static/leaseplane.wasm.br wasm/wazero/run-make-wasm

@@ -1,0 +1,210 @@
+//go:build wasip1
+
+// Command wasip1 is the kernel built as a GOOS=wasip1 reactor
+// (-buildmode=c-shared) for wasm/wazero, which embeds it. One module
+// instance holds at most one kernel Machine, so the state stays inside the
+// instance and a command crosses the boundary as bytes only: no reflection,
+// no encoding/json on the per-command path (the kernel reads and writes its
+// JSON by hand).
+//
+// # ABI (version 1)
+//
+// The host must run the WASI start function _initialize once before calling
+// any export (wazero: ModuleConfig.WithStartFunctions("_initialize")).
+// Every integer is little-endian. Exports:
+//
+//	lp_abi_version() u32                         -> 1
+//	lp_buffer(size u32) u32                      -> ptr of the input buffer
+//	lp_new(n u32) u64                            rules JSON in input[0:n]
+//	lp_restore(n u32) u64                        snapshot JSON in input[0:n]
+//	lp_step(n u32) u64                           scenario step in input[0:n]
+//	lp_apply(opLen u32, nowMs i64, n u32) u64    op in input[0:opLen], REST body
+//	                                             in input[opLen:opLen+n]
+//	lp_next_alarm() u64                          empty, or the alarm as an i64
+//	lp_snapshot() u64                            the snapshot JSON
+//	lp_trust() u64                               the trust JSON object
+//	lp_version() u64                             kernel.Version
+//
+// Memory. All memory belongs to the guest; the host never allocates or
+// frees guest memory. To pass bytes in, the host calls lp_buffer(size),
+// which returns the address of a guest-owned input buffer of at least size
+// bytes (grown when needed, reused otherwise), writes its bytes there and
+// passes their length to the next call. The address stays valid until the
+// next lp_buffer call, so a host may cache it and call lp_buffer only to
+// grow. Outputs come back the same way: a u64 result packs a region of
+// guest memory as ptr<<32 | len (ptr below 2^31), and the region stays
+// valid only until the next call into the instance; the host copies what
+// it keeps.
+//
+// Errors. Bit 63 of a u64 result flags an error: the region then holds a
+// UTF-8 message naming the problem (for example the reason rules or a
+// snapshot were refused, or "no machine" before lp_new). A client's bad
+// command is never an error: it is an answer (invalid_request), exactly as
+// natively. A trap means the instance is broken and must be discarded.
+//
+// lp_step and lp_apply return a 28-byte result record:
+//
+//	status u32, retryAfterSec u32, changed u32 (0 or 1),
+//	answerPtr u32, answerLen u32, eventsPtr u32, eventsLen u32
+//
+// whose answer and events regions follow the same lifetime rule.
+package main
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+func main() {}
+
+const errFlag = 1 << 63
+
+var (
+	machine *kernel.Machine
+	input   []byte
+	// out keeps the bytes of the last result alive until the next call.
+	out    []byte
+	record [28]byte
+	last   kernel.Result
+)
+
+func region(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(&b[0])))<<32 | uint64(len(b))
+}
+
+func fail(msg string) uint64 {
+	out = []byte(msg)
+	return region(out) | errFlag
+}
+
+//go:wasmexport lp_abi_version
+func abiVersion() uint32 { return 1 }
+
+//go:wasmexport lp_buffer
+func buffer(size uint32) uint32 {
+	if int(size) > cap(input) || input == nil {
+		input = make([]byte, max(int(size), 4096))
+	}
+	input = input[:cap(input)]
+	return uint32(uintptr(unsafe.Pointer(&input[0])))
+}
+
+func in(n uint32) ([]byte, bool) {
+	if int(n) > len(input) {
+		return nil, false
+	}
+	return input[:n], true
+}
+
+//go:wasmexport lp_new
+func newMachine(n uint32) uint64 {
+	b, ok := in(n)
+	if !ok {
+		return fail("lp_new: length beyond the input buffer")
+	}
+	rules, err := kernel.ParseRules(b)
+	if err != nil {
+		return fail(err.Error())
+	}
+	machine = kernel.New(rules)
+	return 0
+}
+
+//go:wasmexport lp_restore
+func restore(n uint32) uint64 {
+	b, ok := in(n)
+	if !ok {
+		return fail("lp_restore: length beyond the input buffer")
+	}
+	m, err := kernel.Restore(b)
+	if err != nil {
+		return fail(err.Error())
+	}
+	machine = m
+	return 0
+}
+
+const noMachine = "no machine: call lp_new or lp_restore first"
+
+func result(r kernel.Result) uint64 {
+	last = r
+	binary.LittleEndian.PutUint32(record[0:], uint32(r.Status))
+	binary.LittleEndian.PutUint32(record[4:], uint32(r.RetryAfterSec))
+	changed := uint32(0)
+	if r.Changed {
+		changed = 1
+	}
+	binary.LittleEndian.PutUint32(record[8:], changed)
+	a, e := region(r.Answer), region(r.Events)
+	binary.LittleEndian.PutUint32(record[12:], uint32(a>>32))
+	binary.LittleEndian.PutUint32(record[16:], uint32(a))
+	binary.LittleEndian.PutUint32(record[20:], uint32(e>>32))
+	binary.LittleEndian.PutUint32(record[24:], uint32(e))
+	return region(record[:])
+}
+
+//go:wasmexport lp_step
+func step(n uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	b, ok := in(n)
+	if !ok {
+		return fail("lp_step: length beyond the input buffer")
+	}
+	return result(machine.Step(b))
+}
+
+//go:wasmexport lp_apply
+func apply(opLen uint32, nowMs int64, n uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	if uint64(opLen)+uint64(n) > uint64(len(input)) {
+		return fail("lp_apply: lengths beyond the input buffer")
+	}
+	op := kernel.Op(input[:opLen])
+	return result(machine.ApplyJSON(op, nowMs, input[opLen:opLen+n]))
+}
+
+//go:wasmexport lp_next_alarm
+func nextAlarm() uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	at, ok := machine.NextAlarm()
+	if !ok {
+		return 0
+	}
+	out = binary.LittleEndian.AppendUint64(out[:0], uint64(at))
+	return region(out)
+}
+
+//go:wasmexport lp_snapshot
+func snapshot() uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	out = machine.Snapshot()
+	return region(out)
+}
+
+//go:wasmexport lp_trust
+func trust() uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	out = machine.TrustJSON()
+	return region(out)
+}
+
+//go:wasmexport lp_version
+func version() uint64 {
+	out = []byte(kernel.Version)
+	return region(out)
+}
