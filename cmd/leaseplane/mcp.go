@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server"
 	"github.com/leaseplane/leaseplane/server/client"
 	"github.com/leaseplane/leaseplane/server/mcp"
 )
@@ -21,8 +22,19 @@ import (
 // LEASEPLANE_URL is not set: the address of make run.
 const defaultPlaneURL = "http://127.0.0.1:8080"
 
+// MCPPath is where leaseplane serve answers MCP's streamable HTTP.
+const MCPPath = "/mcp"
+
 func init() {
 	register("mcp", "serve the lease tools to an MCP client on stdio, forwarding to a running plane ($LEASEPLANE_URL, $LEASEPLANE_KEY)", runMCP)
+	serveHooks = append(serveHooks, mountMCP)
+}
+
+// mountMCP mounts the MCP tools at MCPPath on the server, over the same
+// request path as REST (Server.Call): same keys, same rules.
+func mountMCP(s *server.Server) error {
+	s.Handle(MCPPath, mcp.Handler(s, mcp.Options{}))
+	return nil
 }
 
 // clientBackend forwards MCP tool calls to a running plane over REST with

@@ -85,6 +85,12 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// newBearerClient is an HTTP client that sends key as a Bearer token (none
+// when key is empty).
+func newBearerClient(key string) *http.Client {
+	return &http.Client{Transport: bearerTransport{key}}
+}
+
 // connector opens a client session that calls the plane with key.
 type connector func(t testing.TB, p *plane, key string) *sdk.ClientSession
 
@@ -94,7 +100,7 @@ func connectHTTP(t testing.TB, p *plane, key string) *sdk.ClientSession {
 	mux.Handle(mcpPath, Handler(p, Options{}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	tr := &sdk.StreamableClientTransport{Endpoint: srv.URL + mcpPath, HTTPClient: &http.Client{Transport: bearerTransport{key}}}
+	tr := &sdk.StreamableClientTransport{Endpoint: srv.URL + mcpPath, HTTPClient: newBearerClient(key)}
 	return connect(t, tr)
 }
 
@@ -259,60 +265,65 @@ func TestToolsFlow(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			p := newPlane(t)
-			a := tr.connect(t, p, agentAKey)
-			ws := tr.connect(t, p, wsKey)
-			schemas := listTools(t, a)
-
-			res, v := call(t, a, schemas, ToolAcquire, map[string]any{"resource": resource, "actorDid": didA, "ttlMs": 5000})
-			if res.IsError || v["ok"] != true {
-				t.Fatalf("acquire by A: %s", text(res))
-			}
-			lease := v["lease"].(map[string]any)
-			if lease["holder"] != didA || lease["expiresAtMs"].(float64)-lease["grantedAtMs"].(float64) != kernel.LeaseTTLMs {
-				t.Errorf("lease %v: want holder %s and the fixed 30000 ms lifetime (ttlMs dropped)", lease, didA)
-			}
-
-			res, v = call(t, ws, schemas, ToolAcquire, map[string]any{"resource": resource, "actorDid": didB})
-			if res.IsError {
-				t.Fatalf("a refusal must be a normal result, got isError: %s", text(res))
-			}
-			if v["ok"] != false || v["reason"] != kernel.ReasonLeaseHeld || v["holder"] != didA {
-				t.Fatalf("acquire by B: %v, want lease_held by %s", v, didA)
-			}
-			if w := v["stampede"].(map[string]any)["waitMs"]; w != float64(50) {
-				t.Errorf("stampede.waitMs %v, want 50", w)
-			}
-
-			res, v = call(t, a, schemas, ToolWait, map[string]any{})
-			if res.IsError {
-				t.Fatalf("wait: %s", text(res))
-			}
-			queues := v["queues"].([]any)
-			if len(queues) != 1 {
-				t.Fatalf("wait: queues %v, want one", queues)
-			}
-			q := queues[0].(map[string]any)
-			waiters := q["waiters"].([]any)
-			if q["resource"] != resource || len(waiters) != 1 || waiters[0].(map[string]any)["actorDid"] != didB {
-				t.Errorf("wait: queue %v, want %s with waiter %s", q, resource, didB)
-			}
-
-			// Agent A's key naming B: an error result, not a refusal.
-			res, v = call(t, a, schemas, ToolRelease, map[string]any{"resource": resource, "actorDid": didB})
-			if !res.IsError || v["reason"] != "actor_mismatch" || !strings.Contains(text(res), "actor_mismatch") {
-				t.Errorf("agent key naming another agent: isError=%v %s, want an actor_mismatch error", res.IsError, text(res))
-			}
-
-			res, v = call(t, a, schemas, ToolRelease, map[string]any{"resource": resource, "actorDid": didA})
-			if res.IsError || v["ok"] != true || v["released"] != true || len(v["releasedIds"].([]any)) != 1 {
-				t.Fatalf("release: %s", text(res))
-			}
-
-			res, v = call(t, ws, schemas, ToolAcquire, map[string]any{"resource": resource, "actorDid": didB})
-			if res.IsError || v["ok"] != true {
-				t.Errorf("acquire by B after the release: %s", text(res))
-			}
+			flow(t, tr.connect(t, p, agentAKey), tr.connect(t, p, wsKey))
 		})
+	}
+}
+
+// flow runs the acceptance flow with a, a session with agent A's own key,
+// and ws, a session with a workspace key.
+func flow(t *testing.T, a, ws *sdk.ClientSession) {
+	t.Helper()
+	schemas := listTools(t, a)
+
+	res, v := call(t, a, schemas, ToolAcquire, map[string]any{"resource": resource, "actorDid": didA, "ttlMs": 5000})
+	if res.IsError || v["ok"] != true {
+		t.Fatalf("acquire by A: %s", text(res))
+	}
+	lease := v["lease"].(map[string]any)
+	if lease["holder"] != didA || lease["expiresAtMs"].(float64)-lease["grantedAtMs"].(float64) != kernel.LeaseTTLMs {
+		t.Errorf("lease %v: want holder %s and the fixed 30000 ms lifetime (ttlMs dropped)", lease, didA)
+	}
+
+	res, v = call(t, ws, schemas, ToolAcquire, map[string]any{"resource": resource, "actorDid": didB})
+	if res.IsError {
+		t.Fatalf("a refusal must be a normal result, got isError: %s", text(res))
+	}
+	if v["ok"] != false || v["reason"] != kernel.ReasonLeaseHeld || v["holder"] != didA {
+		t.Fatalf("acquire by B: %v, want lease_held by %s", v, didA)
+	}
+	if w := v["stampede"].(map[string]any)["waitMs"]; w != float64(50) {
+		t.Errorf("stampede.waitMs %v, want 50", w)
+	}
+
+	res, v = call(t, a, schemas, ToolWait, map[string]any{})
+	if res.IsError {
+		t.Fatalf("wait: %s", text(res))
+	}
+	queues := v["queues"].([]any)
+	if len(queues) != 1 {
+		t.Fatalf("wait: queues %v, want one", queues)
+	}
+	q := queues[0].(map[string]any)
+	waiters := q["waiters"].([]any)
+	if q["resource"] != resource || len(waiters) != 1 || waiters[0].(map[string]any)["actorDid"] != didB {
+		t.Errorf("wait: queue %v, want %s with waiter %s", q, resource, didB)
+	}
+
+	// Agent A's key naming B: an error result, not a refusal.
+	res, v = call(t, a, schemas, ToolRelease, map[string]any{"resource": resource, "actorDid": didB})
+	if !res.IsError || v["reason"] != "actor_mismatch" || !strings.Contains(text(res), "actor_mismatch") {
+		t.Errorf("agent key naming another agent: isError=%v %s, want an actor_mismatch error", res.IsError, text(res))
+	}
+
+	res, v = call(t, a, schemas, ToolRelease, map[string]any{"resource": resource, "actorDid": didA})
+	if res.IsError || v["ok"] != true || v["released"] != true || len(v["releasedIds"].([]any)) != 1 {
+		t.Fatalf("release: %s", text(res))
+	}
+
+	res, v = call(t, ws, schemas, ToolAcquire, map[string]any{"resource": resource, "actorDid": didB})
+	if res.IsError || v["ok"] != true {
+		t.Errorf("acquire by B after the release: %s", text(res))
 	}
 }
 

@@ -1,0 +1,138 @@
+package mcp
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// realPlane is the real server in-process on a temporary data folder, with
+// /mcp mounted as leaseplane serve mounts it, a workspace key and agent A's
+// key.
+type realPlane struct {
+	url      string
+	wsKey    string
+	agentKey string
+}
+
+func startRealPlane(t *testing.T) realPlane {
+	t.Helper()
+	srv, err := server.New(server.Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: time.Now})
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	srv.Handle(mcpPath, Handler(srv, Options{}))
+	now := time.Now().UnixMilli()
+	w, _, err := srv.Store().EnsureWorkspace("acme", nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := srv.Store().CreateKey(w, store.RoleWorkspace, "", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, _, err := srv.Store().CreateKey(w, store.RoleAgent, didA, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return realPlane{url: hs.URL, wsKey: ws, agentKey: agent}
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// leaseplaneBinary builds cmd/leaseplane once per test run.
+func leaseplaneBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leaseplane-mcp-test")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "leaseplane")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/leaseplane/leaseplane/cmd/leaseplane").CombinedOutput()
+		if err != nil {
+			binErr = err
+			binPath = string(out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("go build ./cmd/leaseplane: %v\n%s", binErr, binPath)
+	}
+	return binPath
+}
+
+// connectSubprocess starts `leaseplane mcp` as a child process speaking MCP
+// on its stdin and stdout, forwarding to url with key.
+func connectSubprocess(t *testing.T, url, key string) *sdk.ClientSession {
+	t.Helper()
+	cmd := exec.Command(leaseplaneBinary(t), "mcp")
+	cmd.Env = append(os.Environ(), "LEASEPLANE_URL="+url, "LEASEPLANE_KEY="+key)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t.Cleanup(func() {
+		if t.Failed() && stderr.Len() > 0 {
+			t.Logf("leaseplane mcp stderr:\n%s", stderr.String())
+		}
+	})
+	return connect(t, &sdk.CommandTransport{Command: cmd})
+}
+
+func connectRealHTTP(t *testing.T, url, key string) *sdk.ClientSession {
+	t.Helper()
+	tr := &sdk.StreamableClientTransport{Endpoint: url + mcpPath, HTTPClient: newBearerClient(key)}
+	return connect(t, tr)
+}
+
+// TestRealServer runs the acceptance flow against the real server: over
+// streamable HTTP at /mcp, and over stdio through `leaseplane mcp` as a
+// child process forwarding to the server's REST routes.
+func TestRealServer(t *testing.T) {
+	for _, tr := range []struct {
+		name    string
+		connect func(t *testing.T, url, key string) *sdk.ClientSession
+	}{
+		{"http", connectRealHTTP},
+		{"stdio-subprocess", connectSubprocess},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			p := startRealPlane(t)
+			flow(t, tr.connect(t, p.url, p.agentKey), tr.connect(t, p.url, p.wsKey))
+
+			// A key the plane does not know: an isError result.
+			bad := tr.connect(t, p.url, "lp_not-a-key")
+			res, err := bad.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolWait})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.IsError || !strings.Contains(text(res), "unauthorized") {
+				t.Errorf("unknown key: isError=%v %q, want an unauthorized error", res.IsError, text(res))
+			}
+		})
+	}
+}
