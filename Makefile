@@ -48,6 +48,8 @@ check-imports:
 parity:
 
 test-node:
+	test -d node_modules/@modelcontextprotocol/sdk || npm ci
+	node --test server/mcp/mcp.test.mjs
 
 test-browser:
 
