@@ -117,7 +117,7 @@ func decodeFields(body []byte, step bool, c *Command) error {
 		}
 		for _, f := range fields {
 			if string(f.key) == string(key) {
-				return errors.New("duplicate field " + string(key))
+				return errors.New("duplicate field " + quoteField(string(key)))
 			}
 		}
 		if step && string(key) == "op" {

@@ -450,17 +450,12 @@ func (m *Machine) findCycle(res *resource, mode, actor string) []string {
 func (m *Machine) deadlock(actor, resName string, cycle []string) Result {
 	holder, waitingOn := cycle[2], cycle[3]
 	m.changed = true
-	found := false
-	for i := range m.deadlocks {
-		d := &m.deadlocks[i]
-		if d.actor == actor && d.resource == resName {
-			*d = deadlockPair{actor, resName, holder, waitingOn, m.now}
-			found = true
-		}
-	}
-	if !found {
-		m.deadlocks = append(m.deadlocks, deadlockPair{actor, resName, holder, waitingOn, m.now})
-	}
+	// A repeated refusal replaces its pair and moves it to the end, so the
+	// list stays in time order.
+	m.deadlocks = slices.DeleteFunc(m.deadlocks, func(d deadlockPair) bool {
+		return d.actor == actor && d.resource == resName
+	})
+	m.deadlocks = append(m.deadlocks, deadlockPair{actor, resName, holder, waitingOn, m.now})
 	b := append(m.ans[:0], `{"ok":false,"reason":"deadlock","holder":`...)
 	b = appendString(b, holder)
 	b = append(b, `,"waitingOn":`...)
