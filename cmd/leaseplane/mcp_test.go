@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestServeMountsMCP starts serve in-process and checks that /mcp answers:
+// 401 without a key, an MCP initialize result with the bootstrap key.
+func TestServeMountsMCP(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	var stdout, stderr mcpTestBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- serve(ctx, []string{"--addr", "127.0.0.1:0", "--data", t.TempDir(), "--log-level", "warn"}, &stdout, &stderr,
+			serveEnv{clock: time.Now, ready: func(a string) { addrc <- a }})
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, stderr.String())
+	}
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exit %d: %s", code, stderr.String())
+		}
+	}()
+	var key string
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if k, ok := strings.CutPrefix(line, "export LEASEPLANE_KEY="); ok {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatalf("no bootstrap key in serve's output:\n%s", stdout.String())
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}`
+	for _, c := range []struct {
+		key      string
+		status   int
+		contains string
+	}{
+		{"", http.StatusUnauthorized, `"reason":"unauthorized"`},
+		{key, http.StatusOK, `"serverInfo":{"name":"leaseplane"`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+MCPPath, strings.NewReader(initialize))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(body), c.contains) {
+			t.Errorf("POST %s with key %q: %d %s, want %d containing %s", MCPPath, c.key, resp.StatusCode, body, c.status, c.contains)
+		}
+	}
+}
+
+func TestMCPUsage(t *testing.T) {
+	for _, args := range [][]string{{"extra"}, {"--no-such-flag"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"mcp"}, args...), strings.NewReader(""), &stdout, &stderr); code != 2 {
+			t.Errorf("mcp %v: exit %d, want 2", args, code)
+		}
+		if !strings.Contains(stderr.String(), "usage: leaseplane mcp") {
+			t.Errorf("mcp %v: stderr %q, want the usage", args, stderr.String())
+		}
+	}
+}
+
+// mcpTestBuffer is a bytes.Buffer safe for the serve goroutine and the test.
+type mcpTestBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *mcpTestBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *mcpTestBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
