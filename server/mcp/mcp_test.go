@@ -470,3 +470,42 @@ func TestHTTPBodyLimit(t *testing.T) {
 		t.Errorf("oversized body: %d, want 413", resp.StatusCode)
 	}
 }
+
+// TestRefusalsAreResults checks that deadlock and suspended, like
+// lease_held, are normal results whose answers fit the output schema.
+func TestRefusalsAreResults(t *testing.T) {
+	p := newPlane(t)
+	cs := connectStdio(t, p, wsKey)
+	schemas := listTools(t, cs)
+	acquire := func(res, did string) map[string]any {
+		t.Helper()
+		r, v := call(t, cs, schemas, ToolAcquire, map[string]any{"resource": res, "actorDid": did})
+		if r.IsError {
+			t.Fatalf("acquire %s by %s: isError %s", res, did, text(r))
+		}
+		return v
+	}
+	acquire("r1", didA)
+	acquire("r2", didB)
+	if v := acquire("r2", didA); v["reason"] != kernel.ReasonLeaseHeld {
+		t.Fatalf("A asks r2: %v, want lease_held", v)
+	}
+	v := acquire("r1", didB)
+	if v["reason"] != kernel.ReasonDeadlock || v["holder"] != didA || v["waitingOn"] != "r2" {
+		t.Fatalf("B asks r1: %v, want deadlock with holder A waiting on r2", v)
+	}
+	if cycle, _ := v["cycle"].([]any); len(cycle) == 0 {
+		t.Errorf("deadlock without a cycle: %v", v)
+	}
+	_, v = call(t, cs, schemas, ToolWait, nil)
+	if d, _ := v["deadlocks"].([]any); len(d) != 1 {
+		t.Errorf("wait: deadlocks %v, want the one refused", v["deadlocks"])
+	}
+
+	if _, _, err := p.Call(context.Background(), wsKey, kernel.OpSuspend, []byte(`{"actorDid":"`+didB+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if v := acquire("r3", didB); v["reason"] != kernel.ReasonSuspended {
+		t.Errorf("suspended agent: %v, want suspended", v)
+	}
+}
