@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+
+	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/web"
+)
+
+func init() {
+	register("site", "write the playground and the docs as static files: site OUTDIR (or site --listen ADDR to preview them)", runSite)
+	serveHooks = append(serveHooks, mountWeb)
+}
+
+// mountWeb serves the playground, the docs and their static files from
+// the binary, and sends / to the playground.
+func mountWeb(s *server.Server) error {
+	routes := web.Routes()
+	patterns := make([]string, 0, len(routes))
+	for p := range routes {
+		patterns = append(patterns, p)
+	}
+	sort.Strings(patterns)
+	for _, p := range patterns {
+		s.Handle(p, routes[p])
+	}
+	s.Handle("GET /{$}", http.RedirectHandler(web.ServerLinks.Playground, http.StatusFound))
+	return nil
+}
+
+func runSite(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("site", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "", "serve the pages (no API) on this address instead of writing files, e.g. 127.0.0.1:18083")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: leaseplane site OUTDIR")
+		fmt.Fprintln(stderr, "       leaseplane site --listen ADDR")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *listen != "" {
+		if fs.NArg() != 0 {
+			fs.Usage()
+			return 2
+		}
+		return previewSite(*listen, stdout, stderr)
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	dir := fs.Arg(0)
+	if err := web.WriteSite(dir); err != nil {
+		fmt.Fprintf(stderr, "leaseplane site: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "leaseplane site: wrote %s (open playground/index.html through any static file server)\n", dir)
+	return 0
+}
+
+// previewSite serves web.Handler until the process ends; it prints the
+// address first, so a test can listen on port 0.
+func previewSite(addr string, stdout, stderr io.Writer) int {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane site: listen on %s: %v\n", addr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "leaseplane site: serving the pages on http://%s/playground\n", ln.Addr())
+	if err := http.Serve(ln, web.Handler()); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(stderr, "leaseplane site: %v\n", err)
+		return 1
+	}
+	return 0
+}

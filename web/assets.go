@@ -1,0 +1,250 @@
+package web
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+//go:embed static
+var staticFS embed.FS
+
+// WasmFile is the name of the browser kernel in static/.
+const WasmFile = "leaseplane.wasm"
+
+// asset is one static file: its bytes, its precompressed variants and the
+// hashed name pages refer to it by.
+type asset struct {
+	name   string // static/ name, e.g. app.css
+	hashed string // e.g. app.3f2a9c01d4e5.css
+	hash   string
+	ctype  string
+	raw    []byte
+	br     []byte // from NAME.br in static/, when present
+
+	gzOnce sync.Once
+	gz     []byte // from NAME.gz, or made on first use
+}
+
+// assets indexes static/ by name and by hashed name.
+type assets struct {
+	byName   map[string]*asset
+	byHashed map[string]*asset
+}
+
+var (
+	loadOnce   sync.Once
+	loaded     *assets
+	loadErr    error
+	extraTypes = map[string]string{
+		".wasm": "application/wasm",
+		".js":   "text/javascript; charset=utf-8",
+		".css":  "text/css; charset=utf-8",
+		".svg":  "image/svg+xml",
+	}
+)
+
+func staticAssets() (*assets, error) {
+	loadOnce.Do(func() { loaded, loadErr = loadAssets(staticFS) })
+	return loaded, loadErr
+}
+
+func loadAssets(fsys fs.FS) (*assets, error) {
+	a := &assets{byName: map[string]*asset{}, byHashed: map[string]*asset{}}
+	entries, err := fs.ReadDir(fsys, "static")
+	if err != nil {
+		return nil, fmt.Errorf("web: reading embedded static/: %w", err)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || strings.HasSuffix(n, ".gz") || strings.HasSuffix(n, ".br") {
+			continue
+		}
+		raw, err := fs.ReadFile(fsys, "static/"+n)
+		if err != nil {
+			return nil, fmt.Errorf("web: reading static/%s: %w", n, err)
+		}
+		sum := sha256.Sum256(raw)
+		h := hex.EncodeToString(sum[:6])
+		ext := path.Ext(n)
+		ct := extraTypes[ext]
+		if ct == "" {
+			ct = mime.TypeByExtension(ext)
+		}
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		as := &asset{name: n, hash: h, hashed: strings.TrimSuffix(n, ext) + "." + h + ext, ctype: ct, raw: raw}
+		// A stale .gz beside a rebuilt file would serve old bytes, so a
+		// .gz is used only when it decodes to this file; otherwise gzip
+		// is made on first use. make wasm writes the .br together with
+		// the .wasm.
+		if gz, err := fs.ReadFile(fsys, "static/"+n+".gz"); err == nil && gunzipEquals(gz, raw) {
+			as.gz = gz
+			as.gzOnce.Do(func() {}) // already have it
+		}
+		if br, err := fs.ReadFile(fsys, "static/"+n+".br"); err == nil && len(br) > 0 && len(br) < len(raw) {
+			as.br = br
+		}
+		a.byName[n] = as
+		a.byHashed[as.hashed] = as
+	}
+	return a, nil
+}
+
+func gunzipEquals(gz, raw []byte) bool {
+	r, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return false
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(r); err != nil {
+		return false
+	}
+	return bytes.Equal(buf.Bytes(), raw)
+}
+
+// gzipped returns the gzip variant, compressing on first use when static/
+// has none.
+func (as *asset) gzipped() []byte {
+	as.gzOnce.Do(func() {
+		var buf bytes.Buffer
+		w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		w.Write(as.raw)
+		w.Close()
+		as.gz = buf.Bytes()
+	})
+	return as.gz
+}
+
+// url is the asset's hashed URL under prefix (which ends in a slash).
+func (a *assets) url(prefix, name string) string {
+	if as, ok := a.byName[name]; ok {
+		return prefix + as.hashed
+	}
+	return prefix + name
+}
+
+// has reports whether static/ holds name.
+func (a *assets) has(name string) bool { _, ok := a.byName[name]; return ok }
+
+// names lists the assets in name order.
+func (a *assets) names() []string {
+	out := make([]string, 0, len(a.byName))
+	for n := range a.byName {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BuildHash is the hash of the embedded browser kernel, which names its
+// URL; empty when the binary was built without `make wasm`.
+func BuildHash() string {
+	a, err := staticAssets()
+	if err != nil {
+		return ""
+	}
+	if as, ok := a.byName[WasmFile]; ok {
+		return as.hash
+	}
+	return ""
+}
+
+// acceptedEncodings returns whether br and gzip are acceptable per an
+// Accept-Encoding header (q=0 refuses; * counts for both).
+func acceptedEncodings(h string) (br, gz bool) {
+	star := false
+	seenBr, seenGz := false, false
+	for _, part := range strings.Split(h, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, params, _ := strings.Cut(part, ";")
+		name = strings.ToLower(strings.TrimSpace(name))
+		ok := true
+		for _, p := range strings.Split(params, ";") {
+			k, v, found := strings.Cut(strings.TrimSpace(p), "=")
+			if found && strings.EqualFold(strings.TrimSpace(k), "q") {
+				if q, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && q <= 0 {
+					ok = false
+				}
+			}
+		}
+		switch name {
+		case "br":
+			br, seenBr = ok, true
+		case "gzip", "x-gzip":
+			gz, seenGz = ok, true
+		case "*":
+			star = ok
+		}
+	}
+	if !seenBr {
+		br = star
+	}
+	if !seenGz {
+		gz = star
+	}
+	return br, gz
+}
+
+// serveAsset writes a static file: by its hashed name it is immutable for
+// a year; by its plain name it must be revalidated (ETag is the hash).
+func serveAsset(w http.ResponseWriter, r *http.Request, a *assets, file string) {
+	as, immutable := a.byHashed[file]
+	if !immutable {
+		as = a.byName[file]
+	}
+	if as == nil {
+		http.Error(w, fmt.Sprintf("no static file %q", file), http.StatusNotFound)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", as.ctype)
+	h.Set("Vary", "Accept-Encoding")
+	h.Set("X-Content-Type-Options", "nosniff")
+	etag := `"` + as.hash + `"`
+	h.Set("ETag", etag)
+	if immutable {
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		h.Set("Cache-Control", "no-cache")
+	}
+	if inm := r.Header.Get("If-None-Match"); inm != "" && strings.Contains(inm, etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	body := as.raw
+	br, gz := acceptedEncodings(r.Header.Get("Accept-Encoding"))
+	switch {
+	case br && as.br != nil:
+		h.Set("Content-Encoding", "br")
+		body = as.br
+	case gz && compressible(as.ctype):
+		h.Set("Content-Encoding", "gzip")
+		body = as.gzipped()
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(body)
+}
+
+func compressible(ctype string) bool {
+	return strings.HasPrefix(ctype, "text/") || ctype == "application/wasm" ||
+		strings.HasPrefix(ctype, "application/json") || ctype == "image/svg+xml"
+}

@@ -1,0 +1,182 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// ServerLinks are the URLs of the pages as Routes serves them.
+var ServerLinks = Links{Static: "/static/", Playground: "/playground", Docs: "/docs", Home: "/playground"}
+
+// siteLinks are relative URLs for pages written to DIR/playground/ and
+// DIR/docs/ by WriteSite.
+var siteLinks = Links{Static: "../static/", Playground: "../playground/", Docs: "../docs/", Home: "../playground/"}
+
+func newPage(title, current string, l Links, scripts ...string) (Page, error) {
+	a, err := staticAssets()
+	if err != nil {
+		return Page{}, err
+	}
+	return Page{Title: title, Current: current, Links: l, Assets: a, Scripts: scripts, Version: kernel.Version, Build: BuildHash()}, nil
+}
+
+var kernelScripts = []string{"wasm_exec.js", "kernel.js"}
+
+// RenderPlayground writes the playground page with links l.
+func RenderPlayground(ctx context.Context, w *bytes.Buffer, l Links) error {
+	p, err := newPage("Playground", "playground", l, append(kernelScripts, "timeline.js", "playground.js")...)
+	if err != nil {
+		return err
+	}
+	ex, err := Corpus()
+	if err != nil {
+		return err
+	}
+	def, _ := ExampleByName(ReferenceExamples[0])
+	return playgroundPage(p, PlaygroundData{Examples: ex, Default: def}).Render(ctx, w)
+}
+
+// RenderDocs writes the docs page with links l.
+func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
+	p, err := newPage("Docs", "docs", l, append(kernelScripts, "docs.js")...)
+	if err != nil {
+		return err
+	}
+	d, err := DocsData()
+	if err != nil {
+		return err
+	}
+	return docsPage(p, DocsPageData{Docs: d, LeaseTTLMs: kernel.LeaseTTLMs, WaiterTTLMs: kernel.WaiterTTLMs,
+		MaxAdmitted: kernel.MaxAdmitted, BaseWaitMs: kernel.BaseWaitMs, MaxWaitMs: kernel.MaxWaitMs}).Render(ctx, w)
+}
+
+func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var buf bytes.Buffer
+		if err := render(r.Context(), &buf, ServerLinks); err != nil {
+			http.Error(w, "web: rendering the page failed: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Content-Type-Options", "nosniff")
+		w.Write(buf.Bytes())
+	}
+}
+
+func staticHandler(w http.ResponseWriter, r *http.Request) {
+	a, err := staticAssets()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	serveAsset(w, r, a, strings.TrimPrefix(r.URL.Path, "/static/"))
+}
+
+// Routes are the patterns and handlers of the pages and their static
+// files, for an http.ServeMux (Go 1.22 patterns).
+func Routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		"GET /playground": pageHandler(RenderPlayground),
+		"GET /docs":       pageHandler(RenderDocs),
+		"GET /static/":    http.HandlerFunc(staticHandler),
+	}
+}
+
+// Handler serves Routes, and redirects / to the playground.
+func Handler() http.Handler {
+	mux := http.NewServeMux()
+	for p, h := range Routes() {
+		mux.Handle(p, h)
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, ServerLinks.Playground, http.StatusFound)
+	})
+	return mux
+}
+
+// WriteSite writes the playground and the docs as static files under dir:
+// index.html, playground/index.html, docs/index.html and static/ with
+// every asset under its hashed name (and the wasm's .gz and .br beside
+// it, for hosts that serve precompressed files). All links are relative,
+// so dir works from any static host and under any path.
+func WriteSite(dir string) error {
+	a, err := staticAssets()
+	if err != nil {
+		return err
+	}
+	if !a.has(WasmFile) {
+		return errors.New("web: the browser kernel is not embedded in this binary: run make wasm, then rebuild")
+	}
+	write := func(rel string, b []byte) error {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("web: writing the site: %w", err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return fmt.Errorf("web: writing the site: %w", err)
+		}
+		return nil
+	}
+	ctx := context.Background()
+	for _, pg := range []struct {
+		rel    string
+		render func(context.Context, *bytes.Buffer, Links) error
+	}{{"playground/index.html", RenderPlayground}, {"docs/index.html", RenderDocs}} {
+		var buf bytes.Buffer
+		if err := pg.render(ctx, &buf, siteLinks); err != nil {
+			return err
+		}
+		if err := write(pg.rel, buf.Bytes()); err != nil {
+			return err
+		}
+	}
+	index := `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>leaseplane</title>` +
+		`<meta http-equiv="refresh" content="0; url=playground/"></head>` +
+		`<body><p><a href="playground/">Playground</a> · <a href="docs/">Docs</a></p></body></html>` + "\n"
+	if err := write("index.html", []byte(index)); err != nil {
+		return err
+	}
+	for _, n := range a.names() {
+		as := a.byName[n]
+		if err := write("static/"+as.hashed, as.raw); err != nil {
+			return err
+		}
+		if n == WasmFile {
+			if err := write("static/"+as.hashed+".gz", as.gzipped()); err != nil {
+				return err
+			}
+			if as.br != nil {
+				if err := write("static/"+as.hashed+".br", as.br); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// playgroundFragment is the URL fragment that opens l's scenario in the
+// playground: a corpus example by name, anything else as base64url JSON.
+func playgroundFragment(l LiveExample) string {
+	if ex, ok := ExampleByName(l.ID); ok && ex.JSON == l.Scenario {
+		return "#example=" + l.ID
+	}
+	return "#json=" + base64.RawURLEncoding.EncodeToString([]byte(l.Scenario))
+}
+
+// scenarioRows sizes a scenario textarea: its lines, at most 16.
+func scenarioRows(s string) int {
+	n := strings.Count(s, "\n") + 1
+	return min(max(n, 3), 16)
+}

@@ -1,0 +1,448 @@
+// playground.js: the scenario editor (a form and the JSON beside it), the
+// Run button and Ctrl/⌘+Enter, and the rendering of a transcript as
+// verdicts, events, trust scores and a timeline. Everything runs in this
+// page: after load nothing is fetched.
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  const short = (d) => window.lpShort(d);
+  const OPS = ["acquire", "release", "wait", "tick", "suspend", "resume"];
+  const FIELDS = { acquire: ["resource", "actorDid", "mode"], release: ["resource", "actorDid", "leaseId"], suspend: ["actorDid"], resume: ["actorDid"], wait: [], tick: [] };
+  const corpus = JSON.parse($("corpus").textContent);
+  const byName = new Map(corpus.map((e) => [e.Name, e]));
+
+  const jsonEl = $("json"), formEl = $("form"), exampleEl = $("example"), statusEl = $("status");
+  let scn = null;          // the scenario as an object (null when the JSON does not parse)
+  let extraAgents = [];    // agents added in the form but not used by a step yet
+  let runs = 0;
+
+  // ---- scenario text ----
+  function formatScenario(s) {
+    if (!s || typeof s !== "object" || Array.isArray(s)) return JSON.stringify(s, null, 2);
+    const keys = Object.keys(s);
+    const lines = keys.map((k, i) => {
+      let v;
+      if (k === "steps" && Array.isArray(s.steps)) {
+        v = s.steps.length ? "[\n" + s.steps.map((st) => "    " + JSON.stringify(st)).join(",\n") + "\n  ]" : "[]";
+      } else v = JSON.stringify(s[k]);
+      return `  ${JSON.stringify(k)}: ${v}${i === keys.length - 1 ? "" : ","}`;
+    });
+    return "{\n" + lines.join("\n") + "\n}";
+  }
+  function setJSONFromScn() {
+    jsonEl.value = formatScenario(scn);
+    showJSONError("");
+  }
+  function showJSONError(msg) {
+    const e = $("json-error");
+    e.textContent = msg;
+    e.hidden = !msg;
+    jsonEl.setAttribute("aria-invalid", msg ? "true" : "false");
+  }
+  function parseJSONText() {
+    try {
+      const v = JSON.parse(jsonEl.value);
+      if (!v || typeof v !== "object" || Array.isArray(v)) throw new Error("a scenario is a JSON object with rules and steps");
+      if (!Array.isArray(v.steps)) throw new Error('"steps" must be an array of steps');
+      return v;
+    } catch (e) {
+      showJSONError("The JSON does not parse: " + e.message + ". The form shows the last scenario that did.");
+      return null;
+    }
+  }
+
+  // ---- the form ----
+  function agentsOf(s) {
+    const out = [];
+    for (const st of s.steps || []) if (st && typeof st.actorDid === "string" && st.actorDid && !out.includes(st.actorDid)) out.push(st.actorDid);
+    for (const a of extraAgents) if (!out.includes(a)) out.push(a);
+    return out;
+  }
+  function resourcesOf(s) {
+    const out = [];
+    for (const st of s.steps || []) if (st && typeof st.resource === "string" && st.resource && !out.includes(st.resource)) out.push(st.resource);
+    return out;
+  }
+  function el(tag, attrs, ...kids) {
+    const n = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === false || v == null) continue;
+      if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+      else if (k === "text") n.textContent = v;
+      else n.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of kids) if (c != null) n.append(c);
+    return n;
+  }
+  function changed(structural) {
+    setJSONFromScn();
+    markCustom();
+    if (structural) buildForm();
+    else updateLists();
+  }
+  function updateLists() {
+    const fill = (id, vals) => {
+      const dl = $(id);
+      dl.replaceChildren(...vals.map((v) => el("option", { value: v })));
+    };
+    fill("lp-agents", agentsOf(scn));
+    fill("lp-resources", resourcesOf(scn));
+  }
+  function buildForm() {
+    const focusId = document.activeElement && formEl.contains(document.activeElement) ? document.activeElement.id : null;
+    formEl.replaceChildren();
+    if (!scn) return;
+    const s = scn;
+    // Rules.
+    const rs = (s.rules && Array.isArray(s.rules.readShared)) ? s.rules.readShared.join(", ") : "";
+    formEl.append(el("fieldset", { class: "fs" },
+      el("legend", { text: "Rules" }),
+      el("label", { for: "f-readshared", text: "Read-shared name prefixes" }),
+      el("input", { id: "f-readshared", type: "text", value: rs, placeholder: "file:, cache:", "aria-describedby": "f-readshared-hint",
+        oninput: (e) => {
+          const list = e.target.value.split(/[,\s]+/).filter(Boolean);
+          s.rules = Object.assign({}, s.rules && typeof s.rules === "object" ? s.rules : {}, { readShared: list });
+          changed(false);
+        } }),
+      el("p", { class: "hint", id: "f-readshared-hint", text: "Reads of resources whose names start with one of these coexist; anything else is exclusive." })));
+    // Agents.
+    const agents = agentsOf(s);
+    const list = el("ol", { class: "agents" });
+    agents.forEach((a, i) => {
+      const uses = (s.steps || []).filter((st) => st && st.actorDid === a).length;
+      list.append(el("li", {},
+        el("input", { id: `f-agent-${i}`, type: "text", value: a, "aria-label": `Agent ${i + 1} DID`, spellcheck: "false",
+          onchange: (e) => {
+            const v = e.target.value.trim();
+            if (!v || v === a) { e.target.value = a; return; }
+            for (const st of s.steps) if (st && st.actorDid === a) st.actorDid = v;
+            extraAgents = extraAgents.map((x) => (x === a ? v : x));
+            changed(true);
+          } }),
+        el("span", { class: "uses muted", text: uses === 1 ? "1 step" : `${uses} steps` })));
+    });
+    formEl.append(el("fieldset", { class: "fs" },
+      el("legend", { text: `Agents (${agents.length})` }),
+      el("p", { class: "hint", text: "Rename an agent here and every step it takes follows." }),
+      list,
+      el("button", { type: "button", class: "small", id: "f-add-agent", onclick: () => {
+        let n = agents.length + 1;
+        while (agents.includes(`did:web:acme.example:agent:agent-${n}`)) n++;
+        extraAgents.push(`did:web:acme.example:agent:agent-${n}`);
+        buildForm();
+        const inputs = formEl.querySelectorAll(".agents input");
+        inputs[inputs.length - 1].focus();
+      } }, "Add agent")));
+    // Steps.
+    const tbody = el("tbody");
+    (s.steps || []).forEach((st, i) => tbody.append(stepRow(st, i)));
+    const head = el("thead", {}, el("tr", {}, ...["#", "at ms", "op", "resource", "agent", "mode / lease id", ""].map((h) => el("th", { scope: "col", text: h }))));
+    formEl.append(el("fieldset", { class: "fs" },
+      el("legend", { text: `Steps (${(s.steps || []).length})` }),
+      el("div", { class: "steps-wrap" }, el("table", { class: "steps" }, el("colgroup", {}, ...["c-n", "c-at", "c-op", "c-res", "c-did", "c-x", "c-acts"].map((c) => el("col", { class: c }))), head, tbody)),
+      el("button", { type: "button", class: "small", id: "f-add-step", onclick: () => {
+        const last = s.steps[s.steps.length - 1] || {};
+        const at = (typeof last.atMs === "number" ? last.atMs : 900) + 100;
+        s.steps.push({ atMs: at, op: "acquire", resource: resourcesOf(s)[0] || "lock:deploy/production", actorDid: agentsOf(s)[0] || "did:web:acme.example:agent:one" });
+        changed(true);
+        document.getElementById(`f-s${s.steps.length - 1}-atMs`).focus();
+      } }, "Add step")));
+    formEl.append(el("datalist", { id: "lp-agents" }), el("datalist", { id: "lp-resources" }));
+    updateLists();
+    if (focusId && document.getElementById(focusId)) document.getElementById(focusId).focus();
+  }
+  function stepRow(st, i) {
+    const s = scn;
+    if (!st || typeof st !== "object" || Array.isArray(st)) {
+      return el("tr", {}, el("td", { text: String(i + 1) }), el("td", { colspan: "6", class: "muted", text: "not an object: edit it in the JSON" }));
+    }
+    const op = st.op;
+    const uses = FIELDS[op] || [];
+    const input = (field, attrs) => el("input", Object.assign({
+      id: `f-s${i}-${field}`, "aria-label": `Step ${i + 1} ${field}`, value: st[field] == null ? "" : String(st[field]),
+      disabled: field !== "atMs" && !uses.includes(field), spellcheck: "false",
+      oninput: (e) => {
+        const v = e.target.value;
+        if (field === "atMs") st.atMs = v === "" ? null : Number(v);
+        else if (v === "" && field === "leaseId") delete st[field];
+        else st[field] = v;
+        changed(false);
+      } }, attrs));
+    const opSel = el("select", { id: `f-s${i}-op`, "aria-label": `Step ${i + 1} op`, onchange: (e) => {
+      const nop = e.target.value;
+      st.op = nop;
+      for (const f of ["resource", "actorDid", "mode", "leaseId"]) if (!FIELDS[nop].includes(f)) delete st[f];
+      if (FIELDS[nop].includes("resource") && st.resource == null) st.resource = resourcesOf(s)[0] || "lock:deploy/production";
+      if (FIELDS[nop].includes("actorDid") && st.actorDid == null) st.actorDid = agentsOf(s)[0] || "did:web:acme.example:agent:one";
+      changed(true);
+      document.getElementById(`f-s${i}-op`)?.focus();
+    } }, ...OPS.map((o) => el("option", { value: o, selected: o === op, text: o })));
+    if (!OPS.includes(op)) opSel.prepend(el("option", { value: String(op), selected: true, text: String(op) }));
+    // The agent is picked from the Agents list by its short name.
+    const agents = agentsOf(s);
+    const actorSel = el("select", { id: `f-s${i}-actorDid`, "aria-label": `Step ${i + 1} agent`, disabled: !uses.includes("actorDid"), onchange: (e) => {
+      st.actorDid = e.target.value;
+      changed(false);
+    } }, ...(uses.includes("actorDid") ? agents : []).map((a) => el("option", { value: a, selected: a === st.actorDid, text: short(a), title: a })));
+    if (uses.includes("actorDid") && st.actorDid != null && !agents.includes(st.actorDid)) actorSel.prepend(el("option", { value: String(st.actorDid), selected: true, text: String(st.actorDid) }));
+    let extra;
+    if (uses.includes("mode")) {
+      extra = el("select", { id: `f-s${i}-mode`, "aria-label": `Step ${i + 1} mode`, onchange: (e) => {
+        if (e.target.value) st.mode = e.target.value; else delete st.mode;
+        changed(false);
+      } }, ...["", "read", "write", "delete"].map((m) => el("option", { value: m, selected: (st.mode || "") === m, text: m || "default" })));
+    } else if (uses.includes("leaseId")) {
+      extra = input("leaseId", { type: "text", class: "lid", placeholder: "lease id (any)" });
+    } else {
+      extra = el("span", { class: "muted", text: "" });
+    }
+    const move = (d) => () => {
+      const j = i + d;
+      if (j < 0 || j >= s.steps.length) return;
+      [s.steps[i], s.steps[j]] = [s.steps[j], s.steps[i]];
+      changed(true);
+      document.getElementById(`f-s${j}-${d < 0 ? "up" : "down"}`)?.focus();
+    };
+    return el("tr", { "data-step": String(i) },
+      el("td", { class: "num", text: String(i + 1) }),
+      el("td", {}, input("atMs", { type: "number", step: "1", class: "at" })),
+      el("td", {}, opSel),
+      el("td", {}, input("resource", { type: "text", list: "lp-resources", class: "res" })),
+      el("td", {}, actorSel),
+      el("td", {}, extra),
+      el("td", { class: "acts" },
+        el("button", { type: "button", class: "icon", id: `f-s${i}-up`, "aria-label": `Move step ${i + 1} up`, title: "Move up", onclick: move(-1), disabled: i === 0 }, "↑"),
+        el("button", { type: "button", class: "icon", id: `f-s${i}-down`, "aria-label": `Move step ${i + 1} down`, title: "Move down", onclick: move(1), disabled: i === s.steps.length - 1 }, "↓"),
+        el("button", { type: "button", class: "icon del", id: `f-s${i}-del`, "aria-label": `Delete step ${i + 1}`, title: "Delete", onclick: () => {
+          s.steps.splice(i, 1);
+          changed(true);
+          (document.getElementById(`f-s${Math.min(i, s.steps.length - 1)}-del`) || $("f-add-step")).focus();
+        } }, "✕")));
+  }
+
+  // ---- examples, share links ----
+  function markCustom() {
+    if (exampleEl.value !== "") { exampleEl.value = ""; $("example-desc").textContent = "Your own scenario. Pick an example to start again from one."; }
+  }
+  function loadScenarioText(text, name) {
+    jsonEl.value = text;
+    const v = parseJSONText();
+    scn = v;
+    extraAgents = [];
+    if (v) { showJSONError(""); }
+    buildForm();
+    exampleEl.value = name || "";
+    const ex = name && byName.get(name);
+    $("example-desc").textContent = ex ? ex.Description : (v && v.description) || "A scenario from a link.";
+  }
+  function pickExample(name) {
+    const ex = byName.get(name);
+    if (!ex) return;
+    loadScenarioText(ex.JSON, name);
+    clearResults(`Press Run or Ctrl+Enter to replay “${ex.Title}”.`);
+  }
+  const b64url = {
+    enc(bytes) { let s = ""; for (const b of bytes) s += String.fromCharCode(b); return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, ""); },
+    dec(str) { const s = atob(str.replace(/-/g, "+").replace(/_/g, "/")); return Uint8Array.from(s, (c) => c.charCodeAt(0)); },
+  };
+  async function pipe(bytes, stream) {
+    return new Uint8Array(await new Response(new Blob([bytes]).stream().pipeThrough(stream)).arrayBuffer());
+  }
+  async function shareLink() {
+    const bytes = new TextEncoder().encode(jsonEl.value);
+    let frag;
+    if (window.CompressionStream) frag = "z=" + b64url.enc(await pipe(bytes, new CompressionStream("deflate-raw")));
+    else frag = "json=" + b64url.enc(bytes);
+    const url = location.href.split("#")[0] + "#" + frag;
+    history.replaceState(null, "", url);
+    try {
+      await navigator.clipboard.writeText(url);
+      setStatus("Share link copied: it carries the whole scenario.");
+    } catch {
+      setStatus("The share link is in the address bar.");
+    }
+    return url;
+  }
+  async function fromFragment() {
+    const h = location.hash.slice(1);
+    if (!h) return false;
+    const [k, v] = [h.slice(0, h.indexOf("=")), h.slice(h.indexOf("=") + 1)];
+    try {
+      if (k === "example" && byName.has(v)) { loadScenarioText(byName.get(v).JSON, v); return true; }
+      if (k === "json") { loadScenarioText(new TextDecoder().decode(b64url.dec(v)), ""); return true; }
+      if (k === "z" && window.DecompressionStream) { loadScenarioText(new TextDecoder().decode(await pipe(b64url.dec(v), new DecompressionStream("deflate-raw"))), ""); return true; }
+    } catch (e) {
+      setStatus("The link's scenario could not be read: " + e.message);
+    }
+    return false;
+  }
+
+  // ---- results ----
+  function setStatus(msg) { statusEl.textContent = msg; }
+  function clearResults(msg) {
+    $("timeline").innerHTML = `<p class="muted">${esc(msg)}</p>`;
+    for (const id of ["verdicts", "events", "trust"]) $(id).tBodies[0].replaceChildren();
+    $("summary").textContent = "";
+    $("transcript").textContent = "";
+    $("run-error").hidden = true;
+    document.body.dataset.state = "ready";
+  }
+  const chip = (k, v, cls) => `<span class="chip${cls ? " " + cls : ""}"><span class="k">${esc(k)}</span> ${v}</span>`;
+  const who = (d) => `<span class="did" title="${esc(d)}">${esc(short(d))}</span>`;
+  function verdict(st, ts) {
+    const a = ts.answer || {};
+    const evs = ts.events || [];
+    const op = ts.op;
+    if (a.ok === false) {
+      const cls = a.reason === "deadlock" ? "deadlock" : a.reason === "lease_held" ? "held" : "bad";
+      let d = "";
+      if (a.reason === "lease_held") {
+        const adm = a.stampede && Array.isArray(a.stampede.admitted) ? a.stampede.admitted : [];
+        const pos = adm.indexOf(st.actorDid);
+        d = chip("holder", who(a.holder)) + chip("waitMs", esc(a.stampede?.waitMs)) +
+          chip("admitted", pos >= 0 ? `yes, ${pos + 1} of ${adm.length}` : `no (${adm.length} admitted)`, pos >= 0 ? "" : "warn");
+      } else if (a.reason === "deadlock") {
+        d = chip("holder", who(a.holder)) + chip("waitingOn", `<code>${esc(a.waitingOn)}</code>`, "dl") +
+          chip("cycle", (a.cycle || []).map((c) => (String(c).startsWith("did:") ? who(c) : `<code>${esc(c)}</code>`)).join(" → "));
+      } else if (a.error) {
+        d = `<span class="err-text">${esc(a.error)}</span>`;
+      }
+      return { badge: `<span class="badge ${cls}">refused</span> <code class="reason">${esc(a.reason)}</code>`, details: d, kind: "refused" };
+    }
+    if (op === "acquire" && a.lease) {
+      const renewed = evs.some((e) => e.type === "coordination.renew");
+      const l = a.lease;
+      return { badge: `<span class="badge ok">${renewed ? "renewed" : "granted"}</span>`, kind: "granted",
+        details: chip("lease", `<code>${esc(l.id)}</code>`) + chip("fence", esc(l.fence)) + chip("mode", esc(l.mode)) + chip("expires", esc(l.expiresAtMs) + " ms") };
+    }
+    if (op === "release") {
+      return { badge: a.released ? `<span class="badge rel">released</span>` : `<span class="badge plain">nothing held</span>`, kind: "other",
+        details: (a.releasedIds || []).map((id) => chip("lease", `<code>${esc(id)}</code>`)).join("") + evs.filter((e) => e.trustDelta).map((e) => chip("trust", (e.trustDelta > 0 ? "+" : "") + e.trustDelta)).join("") };
+    }
+    if (op === "wait") {
+      const q = a.queues || [];
+      const waiting = q.reduce((n, r) => n + (r.waiters ? r.waiters.length : 0), 0);
+      return { badge: `<span class="badge plain">queues</span>`, kind: "other",
+        details: chip("resources", q.length) + chip("waiters", waiting) + chip("deadlock pairs", (a.deadlocks || []).length) };
+    }
+    if (op === "tick") {
+      const lapsed = evs.filter((e) => e.type === "coordination.expire");
+      return { badge: `<span class="badge plain">tick</span>`, kind: "other",
+        details: lapsed.map((e) => chip("lapsed", `${who(e.actorDid)} on <code>${esc(e.resource)}</code>`, "lapse")).join("") + chip("next alarm", a.nextAlarmMs == null ? "none" : esc(a.nextAlarmMs) + " ms") };
+    }
+    if (op === "suspend" || op === "resume") {
+      const revoked = evs.filter((e) => e.type === "coordination.revoke").length;
+      return { badge: `<span class="badge plain">${op === "suspend" ? "suspended" : "resumed"}</span>`, kind: "other",
+        details: op === "suspend" ? chip("revoked", revoked) : "" };
+    }
+    return { badge: `<span class="badge plain">ok</span>`, kind: "other", details: "" };
+  }
+  function request(st, ts) {
+    if (!st || typeof st !== "object") return `<span class="muted">(not an object)</span>`;
+    const parts = [];
+    if (st.actorDid != null) parts.push(who(String(st.actorDid)));
+    parts.push(`<span class="op">${esc(ts.op)}</span>`);
+    if (st.resource != null) parts.push(`<code>${esc(st.resource)}</code>`);
+    if (st.mode) parts.push(`<span class="muted">${esc(st.mode)}</span>`);
+    return parts.join(" ");
+  }
+  function render(steps, tr, ms) {
+    const rows = [];
+    let granted = 0, refused = 0;
+    tr.steps.forEach((ts, i) => {
+      const st = steps[i];
+      const v = verdict(st && typeof st === "object" ? st : {}, ts);
+      if (v.kind === "granted") granted++;
+      if (v.kind === "refused") refused++;
+      rows.push(`<tr class="v-${v.kind}" data-step="${i}"><td class="num">${i + 1}</td><td class="num">${esc(ts.atMs)}</td><td>${request(st, ts)}</td><td class="verdict">${v.badge}</td><td class="details">${v.details}</td></tr>`);
+    });
+    $("verdicts").tBodies[0].innerHTML = rows.join("");
+    const evRows = [];
+    for (const ts of tr.steps) for (const e of ts.events || []) {
+      const t = e.type.replace("coordination.", "");
+      const d = e.trustDelta ? `<span class="${e.trustDelta > 0 ? "pos" : "neg"}">${e.trustDelta > 0 ? "+" : ""}${esc(e.trustDelta)}</span>` : `<span class="muted">0</span>`;
+      evRows.push(`<tr><td class="num">${esc(e.atMs)}</td><td><span class="ev ${t}">${esc(t)}</span></td><td><code>${esc(e.resource)}</code></td><td>${who(e.actorDid)}</td><td class="num">${esc(e.fence)}</td><td class="num">${d}</td></tr>`);
+    }
+    $("events").tBodies[0].innerHTML = evRows.join("") || `<tr><td colspan="6" class="muted">No events.</td></tr>`;
+    const trust = Object.entries(tr.trust || {});
+    const maxAbs = Math.max(1, ...trust.map(([, v]) => Math.abs(v)));
+    $("trust").tBodies[0].innerHTML = trust.map(([d, v]) =>
+      `<tr><td>${who(d)}</td><td class="num"><span class="tbar ${v < 0 ? "neg" : "pos"}" style="width:${Math.round((Math.abs(v) / maxAbs) * 60)}px"></span> <span class="${v < 0 ? "neg" : v > 0 ? "pos" : ""}">${v > 0 ? "+" : ""}${esc(v)}</span></td></tr>`).join("") ||
+      `<tr><td colspan="2" class="muted">No agents.</td></tr>`;
+    $("timeline").innerHTML = window.lpTimeline(steps, tr, $("timeline").clientWidth - 2);
+    $("summary").textContent = `${tr.steps.length} steps · ${granted} granted · ${refused} refused · replayed in ${ms < 1 ? ms.toFixed(2) : ms.toFixed(1)} ms`;
+  }
+  async function run(how) {
+    let k;
+    try { k = await window.lpKernel; } catch (e) { showRunError(e.message); return; }
+    const text = jsonEl.value;
+    const t0 = performance.now();
+    let out;
+    try {
+      out = k.replay(text);
+    } catch (e) {
+      showRunError(e.message);
+      return;
+    }
+    const ms = performance.now() - t0;
+    $("run-error").hidden = true;
+    let steps = [];
+    try { steps = JSON.parse(text).steps || []; } catch { /* replay accepted it, so it parses */ }
+    const tr = JSON.parse(out);
+    $("transcript").textContent = out;
+    render(steps, tr, ms);
+    runs++;
+    if (runs === 1) performance.mark("lp:first-verdict");
+    document.body.dataset.runs = String(runs);
+    document.body.dataset.state = "ran";
+    document.body.dataset.lastRun = how;
+    setStatus(`Ran ${exampleEl.value ? "“" + exampleEl.selectedOptions[0].textContent + "”" : "your scenario"} in this browser.`);
+  }
+  function showRunError(msg) {
+    const e = $("run-error");
+    e.textContent = "The kernel refused the scenario: " + msg;
+    e.hidden = false;
+    document.body.dataset.state = "error";
+    runs++;
+    document.body.dataset.runs = String(runs);
+    setStatus("Not run: see the message above the timeline.");
+  }
+
+  // ---- wiring ----
+  let jsonTimer = 0;
+  jsonEl.addEventListener("input", () => {
+    clearTimeout(jsonTimer);
+    jsonTimer = setTimeout(() => {
+      const v = parseJSONText();
+      if (v) { scn = v; showJSONError(""); buildForm(); markCustom(); }
+    }, 200);
+  });
+  exampleEl.addEventListener("change", () => pickExample(exampleEl.value));
+  $("run").addEventListener("click", () => run("click"));
+  $("share").addEventListener("click", () => shareLink());
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      clearTimeout(jsonTimer);
+      if (document.activeElement === jsonEl) { const v = parseJSONText(); if (v) { scn = v; buildForm(); } }
+      run("keyboard");
+    }
+  });
+  window.addEventListener("hashchange", async () => { if (await fromFragment()) run("link"); });
+
+  (async () => {
+    const fromLink = await fromFragment();
+    if (!fromLink) loadScenarioText(jsonEl.value, exampleEl.value);
+    try {
+      const k = await window.lpKernel;
+      const v = k.version();
+      $("run").disabled = false;
+      setStatus(`Kernel ${v.kernel} loaded; running here, offline.`);
+      await run("load");
+    } catch (e) {
+      showRunError(e.message);
+    }
+  })();
+  window.lpPlayground = { run, pickExample, shareLink, scenario: () => jsonEl.value };
+})();

@@ -1,0 +1,166 @@
+// timeline.js draws a replayed scenario as an SVG: a lane per resource,
+// a bar per lease (from its grant to its release, lapse or revocation),
+// and marks for refusals, deadlocks and renewals. lpTimeline(steps,
+// transcript) returns the SVG markup; it reads only its arguments.
+"use strict";
+(function () {
+  const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  const short = (d) => window.lpShort(d);
+
+  function niceStep(range) {
+    const raw = range / 6;
+    const p = Math.pow(10, Math.floor(Math.log10(raw || 1)));
+    for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+    return 10 * p;
+  }
+  function fmtMs(ms, step) {
+    if (step >= 1000) return (ms / 1000).toFixed(ms % 1000 === 0 ? 0 : 1) + " s";
+    if (step >= 100) return (ms / 1000).toFixed(1) + " s";
+    return (ms / 1000).toFixed(2) + " s";
+  }
+
+  function lpTimeline(steps, transcript, width) {
+    const tsteps = transcript.steps;
+    const resources = [];
+    const seen = new Set();
+    const addRes = (r) => { if (typeof r === "string" && r && !seen.has(r)) { seen.add(r); resources.push(r); } };
+    let t0 = Infinity, t1 = -Infinity;
+    const leases = new Map();
+    const marks = [];
+    tsteps.forEach((ts, i) => {
+      const s = steps[i] && typeof steps[i] === "object" ? steps[i] : {};
+      const at = typeof ts.atMs === "number" ? ts.atMs : null;
+      if (at !== null) { t0 = Math.min(t0, at); t1 = Math.max(t1, at); }
+      const a = ts.answer || {};
+      if (a.reason !== "invalid_request") addRes(s.resource);
+      for (const ev of ts.events || []) {
+        addRes(ev.resource);
+        t0 = Math.min(t0, ev.atMs); t1 = Math.max(t1, ev.atMs);
+        const type = ev.type.replace("coordination.", "");
+        if (type === "lease") {
+          leases.set(ev.leaseId, { id: ev.leaseId, resource: ev.resource, holder: ev.actorDid, fence: ev.fence, mode: ev.mode,
+            start: ev.atMs, end: null, endKind: "open", expiresAtMs: ev.expiresAtMs, renewals: [] });
+        } else {
+          const l = leases.get(ev.leaseId);
+          if (!l) continue;
+          if (type === "renew") { l.renewals.push(ev.atMs); l.expiresAtMs = ev.expiresAtMs; }
+          else if (l.end === null) { l.end = ev.atMs; l.endKind = type; }
+        }
+      }
+      if (s.op === "acquire" && a.ok === false && at !== null && a.reason !== "invalid_request") {
+        marks.push({ step: i, at, kind: a.reason, resource: s.resource, actor: s.actorDid, answer: a });
+      }
+    });
+    if (!resources.length || !isFinite(t0)) {
+      return '<p class="muted">No resource was touched: nothing to draw.</p>';
+    }
+    if (t1 <= t0) t1 = t0 + 1000;
+    const hasOpen = [...leases.values()].some((l) => l.end === null);
+    const span = t1 - t0;
+    const tEnd = t1 + (hasOpen ? span * 0.06 : span * 0.02);
+
+    const W = Math.max(560, Math.round(width || 860)), labelW = Math.min(220, Math.round(W * 0.26)), x0 = labelW + 8, x1 = W - 16;
+    const x = (t) => x0 + ((t - t0) / (tEnd - t0)) * (x1 - x0);
+    const SUB = 22, MARKS = 22, PAD = 8, AXIS = 28;
+
+    // Lanes: sublanes for leases that overlap (read-shared resources).
+    const lanes = resources.map((r) => ({ resource: r, subs: [], bars: [] }));
+    const laneOf = new Map(lanes.map((l) => [l.resource, l]));
+    for (const l of [...leases.values()].sort((a, b) => a.start - b.start)) {
+      const lane = laneOf.get(l.resource);
+      if (!lane) continue;
+      const end = l.end === null ? tEnd : l.end;
+      let k = lane.subs.findIndex((e) => e <= l.start);
+      if (k < 0) { k = lane.subs.length; lane.subs.push(end); } else lane.subs[k] = end;
+      lane.bars.push({ ...l, sub: k, endT: end });
+    }
+    let y = AXIS;
+    for (const lane of lanes) {
+      lane.y = y;
+      lane.h = PAD + Math.max(1, lane.subs.length) * SUB + MARKS + 4;
+      y += lane.h;
+    }
+    const H = y + 6;
+    const out = [];
+    let nDead = 0, nHeld = 0, nLapse = 0;
+    out.push(`<svg class="tl" viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-labelledby="tl-title tl-desc" xmlns="http://www.w3.org/2000/svg">`);
+    // Axis and grid.
+    const step = niceStep(tEnd - t0);
+    const first = Math.ceil(t0 / step) * step;
+    out.push(`<g class="axis">`);
+    for (let t = first; t <= tEnd; t += step) {
+      const xx = x(t).toFixed(1);
+      out.push(`<line class="grid" x1="${xx}" x2="${xx}" y1="${AXIS - 6}" y2="${H - 4}"/><text x="${xx}" y="${AXIS - 10}" text-anchor="middle">${esc(fmtMs(t, step))}</text>`);
+    }
+    out.push(`</g>`);
+    lanes.forEach((lane, li) => {
+      out.push(`<g class="lane" data-resource="${esc(lane.resource)}">`);
+      if (li % 2 === 0) out.push(`<rect class="lane-bg" x="0" y="${lane.y}" width="${W}" height="${lane.h}"/>`);
+      const maxc = Math.floor((labelW - 14) / 7);
+      const label = lane.resource.length > maxc ? lane.resource.slice(0, maxc - 1) + "…" : lane.resource;
+      out.push(`<text class="lane-label" x="10" y="${lane.y + PAD + 14}"><title>${esc(lane.resource)}</title>${esc(label)}</text>`);
+      for (const b of lane.bars) {
+        const by = lane.y + PAD + b.sub * SUB;
+        const bx = x(b.start), bw = Math.max(3, x(b.endT) - bx);
+        const how = b.end === null ? `still held at the end (expires at ${b.expiresAtMs} ms)` : `${b.endKind === "expire" ? "lapsed" : b.endKind + "d"} at ${b.end} ms`;
+        out.push(`<g class="lease ${b.endKind}" data-lease="${esc(b.id)}"><title>${esc(`${b.holder} · fence ${b.fence} · ${b.mode} · granted at ${b.start} ms · ${how} · ${b.id}`)}</title>`);
+        out.push(`<rect class="bar${b.end === null ? " open" : ""}" x="${bx.toFixed(1)}" y="${by}" width="${bw.toFixed(1)}" height="16" rx="4"/>`);
+        for (const r of b.renewals) out.push(`<line class="renew" x1="${x(r).toFixed(1)}" x2="${x(r).toFixed(1)}" y1="${by + 3}" y2="${by + 13}"/>`);
+        const text = `${short(b.holder)} · fence ${b.fence}`;
+        if (bw > text.length * 6.4 + 12) out.push(`<text class="bar-label" x="${(bx + 6).toFixed(1)}" y="${by + 12}">${esc(text)}</text>`);
+        else if (bw > short(b.holder).length * 6.4 + 10) out.push(`<text class="bar-label" x="${(bx + 6).toFixed(1)}" y="${by + 12}">${esc(short(b.holder))}</text>`);
+        if (b.end !== null) {
+          const ex = x(b.end);
+          out.push(`<rect class="cap ${b.endKind}" x="${(ex - 2).toFixed(1)}" y="${by - 2}" width="4" height="20" rx="1"/>`);
+          if (b.endKind === "expire") {
+            nLapse++;
+            out.push(`<text class="end-label expire" x="${(ex + 5).toFixed(1)}" y="${by + 12}">lapsed</text>`);
+          } else if (b.endKind === "revoke") {
+            out.push(`<text class="end-label revoke" x="${(ex + 5).toFixed(1)}" y="${by + 12}">revoked</text>`);
+          }
+        }
+        out.push(`</g>`);
+      }
+      out.push(`</g>`);
+    });
+    // Refusal marks, drawn after the lanes so that deadlock arrows cross them.
+    const labelsAt = new Map();
+    for (const m of marks) {
+      const lane = laneOf.get(m.resource);
+      if (!lane) continue;
+      const mx = x(m.at), my = lane.y + PAD + Math.max(1, lane.subs.length) * SUB + 9;
+      const a = m.answer;
+      if (m.kind === "deadlock") {
+        nDead++;
+        const target = laneOf.get(a.waitingOn);
+        out.push(`<g class="mark deadlock" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused deadlock at ${m.at} ms · holder ${a.holder} · waitingOn ${a.waitingOn}`)}</title>`);
+        if (target && target !== lane) {
+          const ty = target.y + PAD + 8;
+          out.push(`<line class="dl-arrow" x1="${mx.toFixed(1)}" y1="${my}" x2="${mx.toFixed(1)}" y2="${ty}" marker-end="url(#tl-arrow)"/>`);
+        }
+        out.push(`<path class="dl" d="M${(mx - 6).toFixed(1)} ${my - 6} l12 12 M${(mx + 6).toFixed(1)} ${my - 6} l-12 12"/>`);
+        const k = `${lane.resource}`;
+        const n = labelsAt.get(k) || 0;
+        labelsAt.set(k, n + 1);
+        const text = `deadlock · ${short(m.actor)} refused · waitingOn ${a.waitingOn}`;
+        const right = mx + 10 + text.length * 6.2 < W;
+        out.push(`<text class="dl-label" x="${(right ? mx + 10 : mx - 10).toFixed(1)}" y="${my + 4 + n * 0}" text-anchor="${right ? "start" : "end"}">${esc(text)}</text>`);
+        out.push(`</g>`);
+      } else if (m.kind === "lease_held") {
+        nHeld++;
+        const admitted = Array.isArray(a.stampede?.admitted) && a.stampede.admitted.includes(m.actor);
+        out.push(`<g class="mark held${admitted ? "" : " not-admitted"}" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused lease_held at ${m.at} ms · holder ${a.holder} · waitMs ${a.stampede?.waitMs} · ${admitted ? "admitted" : "not admitted"}`)}</title>`);
+        out.push(`<circle cx="${mx.toFixed(1)}" cy="${my}" r="4.5"/></g>`);
+      } else {
+        out.push(`<g class="mark other" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused ${m.kind} at ${m.at} ms`)}</title>`);
+        out.push(`<rect x="${(mx - 4).toFixed(1)}" y="${my - 4}" width="8" height="8"/></g>`);
+      }
+    }
+    out.push(`<defs><marker id="tl-arrow" viewBox="0 0 10 10" refX="8" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0 0 L10 5 L0 10 z" class="dl-head"/></marker></defs>`);
+    const desc = `${resources.length} resource${resources.length === 1 ? "" : "s"}, ${leases.size} lease${leases.size === 1 ? "" : "s"}, ${nHeld} refused as held, ${nDead} deadlock${nDead === 1 ? "" : "s"}, ${nLapse} lapsed.`;
+    out.splice(1, 0, `<title id="tl-title">Timeline of the scenario</title><desc id="tl-desc">${esc(desc)}</desc>`);
+    out.push(`</svg>`);
+    return out.join("");
+  }
+  window.lpTimeline = lpTimeline;
+})();
