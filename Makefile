@@ -51,9 +51,22 @@ test-node:
 	test -d node_modules/@modelcontextprotocol/sdk || npm ci
 	node --test server/mcp/mcp.test.mjs
 
-test-browser:
+# test-browser drives Debian's chromium with playwright-core through the
+# playground and the docs, served by `leaseplane serve` and as a static site.
+test-browser: wasm
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	test -d node_modules/playwright-core || npm ci
+	node --test web/browser/
 
-check-generated:
+# generate writes templ's *_templ.go and web/corpus (a copy of the scenario
+# corpus that package web embeds); both are committed.
+generate:
+	cd web && $(GO) generate ./...
+
+# check-generated regenerates and fails when the result differs from the commit.
+check-generated: generate
+	@git diff --exit-code --stat -- web/corpus 'web/*_templ.go' || { echo "check-generated: generated files are stale: run make generate and commit them"; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- web/corpus 'web/*_templ.go')" || { git status --short -- web/corpus 'web/*_templ.go'; echo "check-generated: new generated files are not committed: run make generate and commit them"; exit 1; }
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./kernel

@@ -1,0 +1,426 @@
+package web
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/a-h/templ"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/scenario"
+)
+
+func render(t *testing.T, c templ.Component) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := c.Render(context.Background(), &b); err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	return b.String()
+}
+
+func testPage(t *testing.T, build string) Page {
+	t.Helper()
+	a, err := loadAssets(fakeStatic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Page{Title: "T", Current: "playground", Links: ServerLinks, Assets: a, Scripts: []string{"kernel.js"}, Version: kernel.Version, Build: build}
+}
+
+var fakeWasm = bytes.Repeat([]byte("\x00asm fake kernel "), 400)
+
+func gz(b []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return buf.Bytes()
+}
+
+func fakeStatic() fstest.MapFS {
+	return fstest.MapFS{
+		"static/leaseplane.wasm":    {Data: fakeWasm},
+		"static/leaseplane.wasm.gz": {Data: gz(fakeWasm)},
+		"static/leaseplane.wasm.br": {Data: []byte("pretend-brotli")},
+		"static/app.css":            {Data: []byte("body { color: red; }\n")},
+		"static/kernel.js":          {Data: []byte("// js\n")},
+	}
+}
+
+func TestLayoutNamesHashedAssetsAndKernel(t *testing.T) {
+	p := testPage(t, "abc123")
+	html := render(t, layout(p))
+	a := p.Assets
+	for _, want := range []string{
+		`href="/static/` + a.byName["app.css"].hashed + `"`,
+		`src="/static/` + a.byName["kernel.js"].hashed + `"`,
+		`data-wasm="/static/` + a.byName[WasmFile].hashed + `"`,
+		`kernel ` + kernel.Version,
+		`href="/docs"`,
+		`aria-current="page"`,
+		`<title>T · leaseplane</title>`,
+		`href="#main"`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("layout lacks %s", want)
+		}
+	}
+	if strings.Contains(html, "role=\"alert\"") {
+		t.Error("layout shows the missing-kernel banner although a kernel is embedded")
+	}
+	nobuild := render(t, layout(testPage(t, "")))
+	if !strings.Contains(nobuild, "make wasm") || strings.Contains(nobuild, `data-wasm="/static`) {
+		t.Error("without a kernel the layout should say to run make wasm and name no wasm URL")
+	}
+}
+
+func TestPlaygroundHTML(t *testing.T) {
+	ex, err := Corpus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := ExampleByName("two-release-agents")
+	html := render(t, playgroundPage(testPage(t, "abc"), PlaygroundData{Examples: ex, Default: def}))
+	opts := regexp.MustCompile(`<option value="([a-z0-9-]+)"`).FindAllStringSubmatch(html, -1)
+	if len(opts) != len(ex) {
+		t.Fatalf("examples menu has %d options, corpus has %d", len(opts), len(ex))
+	}
+	for i, r := range ReferenceExamples {
+		if opts[i][1] != r {
+			t.Errorf("menu option %d = %s, want reference example %s", i, opts[i][1], r)
+		}
+	}
+	if !strings.Contains(html, `<option value="two-release-agents" selected>`) {
+		t.Error("the default example is not selected")
+	}
+	for _, want := range []string{`id="run"`, `id="json"`, `id="timeline"`, `id="verdicts"`, `id="events"`, `id="trust"`, `id="transcript"`, `id="share"`, "<kbd>Enter</kbd>", `href="/docs"`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("playground lacks %s", want)
+		}
+	}
+	// The corpus travels inside the page, so picking an example needs no request.
+	m := regexp.MustCompile(`(?s)<script id="corpus" type="application/json">(.*?)</script>`).FindStringSubmatch(html)
+	if m == nil {
+		t.Fatal("no corpus script in the playground")
+	}
+	var got []Example
+	if err := json.Unmarshal([]byte(m[1]), &got); err != nil {
+		t.Fatalf("corpus script: %v", err)
+	}
+	if len(got) != len(ex) || got[2].Name != "breaking-a-deadlock" || got[2].JSON != ex[2].JSON {
+		t.Errorf("corpus script does not carry the corpus: %d entries", len(got))
+	}
+	// The textarea carries the default scenario, escaped.
+	if !strings.Contains(html, "lock:deploy/production") || strings.Contains(html, `"title": "Two release agents"`) {
+		t.Error("the JSON editor does not hold the default scenario HTML-escaped")
+	}
+}
+
+func TestRunDisabledWithoutKernel(t *testing.T) {
+	ex, _ := Corpus()
+	html := render(t, playgroundPage(testPage(t, ""), PlaygroundData{Examples: ex, Default: ex[0]}))
+	if !regexp.MustCompile(`<button type="button" id="run" class="primary" disabled`).MatchString(html) {
+		t.Error("Run should be disabled when the binary has no kernel")
+	}
+}
+
+// TestCorpusCopyIsCurrent fails when kernel/testdata/scenarios changed
+// and web/corpus was not regenerated.
+func TestCorpusCopyIsCurrent(t *testing.T) {
+	src, _ := filepath.Glob("../kernel/testdata/scenarios/*.json")
+	dst, _ := filepath.Glob("corpus/*.json")
+	if len(src) == 0 {
+		t.Fatal("no scenarios in ../kernel/testdata/scenarios")
+	}
+	if len(src) != len(dst) {
+		t.Fatalf("web/corpus has %d scenarios, kernel/testdata/scenarios %d: run make generate", len(dst), len(src))
+	}
+	for _, s := range src {
+		a, _ := os.ReadFile(s)
+		b, err := os.ReadFile(filepath.Join("corpus", filepath.Base(s)))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("web/corpus/%s differs from the kernel's: run make generate", filepath.Base(s))
+		}
+	}
+}
+
+// TestDocsClaimsHoldInTheKernel runs every claim the docs' prose makes
+// against the native kernel: docs that drift from the kernel fail here.
+func TestDocsClaimsHoldInTheKernel(t *testing.T) {
+	d, err := DocsData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lives []LiveExample
+	lives = append(lives, d.Examples...)
+	for _, r := range d.Recipes {
+		lives = append(lives, r.Live)
+	}
+	if len(lives) != 6 {
+		t.Fatalf("want 4 reference examples and 2 recipes, got %d live examples", len(lives))
+	}
+	for _, l := range lives {
+		tr, err := scenario.Replay(kernel.Native, []byte(l.Scenario))
+		if err != nil {
+			t.Fatalf("%s: %v", l.ID, err)
+		}
+		var parsed struct {
+			Steps []struct {
+				Answer json.RawMessage `json:"answer"`
+			} `json:"steps"`
+		}
+		if err := json.Unmarshal(tr, &parsed); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range l.Checks {
+			checkClaim(t, l.ID, parsed.Steps[c.Step].Answer, c)
+		}
+		for _, s := range l.Shown {
+			if want := Pretty(parsed.Steps[s.Index].Answer); s.Answer != want {
+				t.Errorf("%s step %d: shown answer\n%s\nkernel says\n%s", l.ID, s.Index, s.Answer, want)
+			}
+		}
+		if len(l.Checks) == 0 || len(l.Shown) == 0 {
+			t.Errorf("%s: a live example must show answers and make checked claims", l.ID)
+		}
+	}
+	statuses := map[string]int{}
+	for _, x := range d.Exchanges {
+		for _, c := range x.Checks {
+			checkClaim(t, x.Title, []byte(compactJSON(x.Shown.Answer)), c)
+		}
+		statuses[x.Title] = x.Shown.Status
+	}
+	for title, want := range map[string]int{"Granted": 200, "Held by another agent": 409, "Would close a wait cycle": 409,
+		"Suspended agent": 403, "Invalid request": 400, "Stale lease id": 409, "Released": 200} {
+		if statuses[title] != want {
+			t.Errorf("REST example %q answers %d, the reference table says %d", title, statuses[title], want)
+		}
+	}
+}
+
+func compactJSON(s string) string {
+	var b bytes.Buffer
+	json.Compact(&b, []byte(s))
+	return b.String()
+}
+
+func checkClaim(t *testing.T, where string, answer []byte, c Check) {
+	t.Helper()
+	got, err := Lookup(answer, c.Path)
+	if err != nil {
+		t.Errorf("%s step %d: %v in %s", where, c.Step, err, answer)
+		return
+	}
+	if compactJSON(string(got)) != compactJSON(c.Want) {
+		t.Errorf("%s step %d: %s = %s, the docs say %s", where, c.Step, c.Path, got, c.Want)
+	}
+}
+
+func TestDocsHTML(t *testing.T) {
+	var b bytes.Buffer
+	if err := RenderDocs(context.Background(), &b, ServerLinks); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	for _, id := range []string{"what", "recorded", "how", "examples", "guarantees", "limits", "rest", "mcp", "recipes",
+		"two-release-agents", "crashed-holder", "breaking-a-deadlock", "thundering-herd", "take-and-release", "queue-for-the-slot"} {
+		if !strings.Contains(html, `id="`+id+`"`) {
+			t.Errorf("docs lack the section #%s", id)
+		}
+	}
+	if n := strings.Count(html, "data-live"); n < 6*2 {
+		t.Errorf("docs have %d data-live markers, want the six live examples", n)
+	}
+	if n := strings.Count(html, `role="tab" `); n != 6 {
+		t.Errorf("docs have %d code tabs, want 3 per recipe", n)
+	}
+	for _, want := range []string{"curl -sS", "fetch(", "import os, requests", "Retry-After: 1", "coordination.lease.acquire",
+		`&#34;waitingOn&#34;: &#34;db:billing/customers&#34;`, `#example=breaking-a-deadlock`, "#json="} {
+		if !strings.Contains(html, want) {
+			t.Errorf("docs lack %q", want)
+		}
+	}
+	// Each live example carries the answers it must reproduce.
+	re := regexp.MustCompile(`(?s)<script id="([a-z-]+)-expected" type="application/json">(.*?)</script>`)
+	ms := re.FindAllStringSubmatch(html, -1)
+	if len(ms) != 6 {
+		t.Fatalf("docs carry %d expected-answer scripts, want 6", len(ms))
+	}
+	for _, m := range ms {
+		var ex []expectedAnswer
+		if err := json.Unmarshal([]byte(m[2]), &ex); err != nil || len(ex) == 0 {
+			t.Errorf("%s: expected answers do not parse: %v", m[1], err)
+		}
+	}
+}
+
+func TestAcceptedEncodings(t *testing.T) {
+	for _, tc := range []struct {
+		h      string
+		br, gz bool
+	}{
+		{"", false, false},
+		{"gzip", false, true},
+		{"gzip, deflate, br", true, true},
+		{"br;q=0, gzip", false, true},
+		{"br;q=0.5", true, false},
+		{"*", true, true},
+		{"*, br;q=0", false, true},
+		{"identity", false, false},
+		{"GZIP ; q=1.0", false, true},
+	} {
+		br, gz := acceptedEncodings(tc.h)
+		if br != tc.br || gz != tc.gz {
+			t.Errorf("Accept-Encoding %q: br=%v gzip=%v, want %v %v", tc.h, br, gz, tc.br, tc.gz)
+		}
+	}
+}
+
+func TestServeAsset(t *testing.T) {
+	a, err := loadAssets(fakeStatic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := a.byName[WasmFile]
+	get := func(path, ae, inm string) *http.Response {
+		r := httptest.NewRequest("GET", "/static/"+path, nil)
+		if ae != "" {
+			r.Header.Set("Accept-Encoding", ae)
+		}
+		if inm != "" {
+			r.Header.Set("If-None-Match", inm)
+		}
+		rec := httptest.NewRecorder()
+		serveAsset(rec, r, a, path)
+		return rec.Result()
+	}
+	for _, tc := range []struct {
+		name, path, ae, enc, cache string
+		body                       []byte
+	}{
+		{"brotli first", w.hashed, "gzip, deflate, br", "br", "public, max-age=31536000, immutable", []byte("pretend-brotli")},
+		{"gzip", w.hashed, "gzip", "gzip", "public, max-age=31536000, immutable", nil},
+		{"identity", w.hashed, "", "", "public, max-age=31536000, immutable", fakeWasm},
+		{"plain name revalidates", WasmFile, "br", "br", "no-cache", []byte("pretend-brotli")},
+	} {
+		res := get(tc.path, tc.ae, "")
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/wasm" {
+			t.Errorf("%s: %d %s", tc.name, res.StatusCode, res.Header.Get("Content-Type"))
+		}
+		if res.Header.Get("Content-Encoding") != tc.enc || res.Header.Get("Cache-Control") != tc.cache || res.Header.Get("Vary") != "Accept-Encoding" {
+			t.Errorf("%s: encoding %q cache %q vary %q", tc.name, res.Header.Get("Content-Encoding"), res.Header.Get("Cache-Control"), res.Header.Get("Vary"))
+		}
+		if tc.enc == "gzip" {
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			body, _ = io.ReadAll(zr)
+			tc.body = fakeWasm
+		}
+		if !bytes.Equal(body, tc.body) {
+			t.Errorf("%s: wrong body (%d bytes)", tc.name, len(body))
+		}
+	}
+	if res := get(w.hashed, "br", `"`+w.hash+`"`); res.StatusCode != http.StatusNotModified {
+		t.Errorf("If-None-Match with the hash: %d, want 304", res.StatusCode)
+	}
+	if res := get("leaseplane.0000.wasm", "", ""); res.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown asset: %d, want 404", res.StatusCode)
+	}
+	// A CSS file has no .gz in static/: it is gzipped on first use.
+	res := get(a.byName["app.css"].hashed, "gzip", "")
+	if res.Header.Get("Content-Encoding") != "gzip" || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/css") {
+		t.Errorf("css: %q %q", res.Header.Get("Content-Encoding"), res.Header.Get("Content-Type"))
+	}
+}
+
+func TestStaleGzipIsNotServed(t *testing.T) {
+	fs := fakeStatic()
+	fs["static/leaseplane.wasm.gz"] = &fstest.MapFile{Data: gz([]byte("an older kernel"))}
+	a, err := loadAssets(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(a.byName[WasmFile].gzipped()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(zr)
+	if !bytes.Equal(got, fakeWasm) {
+		t.Error("a .gz that does not decode to the .wasm was served")
+	}
+}
+
+func TestHandlerRoutes(t *testing.T) {
+	h := Handler()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		ctype        string
+	}{
+		{"GET", "/playground", 200, "text/html; charset=utf-8"},
+		{"GET", "/docs", 200, "text/html; charset=utf-8"},
+		{"GET", "/", 302, ""},
+		{"GET", "/static/nope.js", 404, ""},
+		{"POST", "/playground", 405, ""},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if rec.Code != tc.status || (tc.ctype != "" && rec.Header().Get("Content-Type") != tc.ctype) {
+			t.Errorf("%s %s: %d %q, want %d %q", tc.method, tc.path, rec.Code, rec.Header().Get("Content-Type"), tc.status, tc.ctype)
+		}
+	}
+}
+
+func TestWriteSiteLinksResolve(t *testing.T) {
+	if BuildHash() == "" {
+		// WriteSite must refuse: a site without its kernel runs nothing.
+		if err := WriteSite(t.TempDir()); err == nil || !strings.Contains(err.Error(), "make wasm") {
+			t.Fatalf("WriteSite without a kernel: %v, want an error naming make wasm", err)
+		}
+		return
+	}
+	dir := t.TempDir()
+	if err := WriteSite(dir); err != nil {
+		t.Fatal(err)
+	}
+	ref := regexp.MustCompile(`(?:href|src|data-wasm)="([^"#]+)"`)
+	for _, page := range []string{"playground/index.html", "docs/index.html", "index.html"} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ref.FindAllStringSubmatch(string(b), -1) {
+			u := m[1]
+			if strings.HasPrefix(u, "data:") || strings.HasPrefix(u, "http") {
+				continue
+			}
+			if strings.HasPrefix(u, "/") {
+				t.Errorf("%s links %s absolutely: a static site must use relative links", page, u)
+				continue
+			}
+			target := filepath.Join(dir, filepath.Dir(page), filepath.FromSlash(u))
+			if strings.HasSuffix(u, "/") {
+				target = filepath.Join(target, "index.html")
+			}
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s links %s, which the site lacks", page, u)
+			}
+		}
+	}
+}
