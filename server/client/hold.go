@@ -286,6 +286,11 @@ func (h *Holder) renew(ctx context.Context, l *Lease) *LostError {
 			h.logf("renewing %s failed (%s); retry in %s", l.Resource, why, retry)
 			wait = retry
 		case !a.OK || a.Lease == nil:
+			// The refusal may have made the agent a waiter; the final
+			// release then goes without a lease id, to drop that wait.
+			h.mu.Lock()
+			h.lease = nil
+			h.mu.Unlock()
 			return &LostError{Resource: l.Resource, Why: "renewal refused: " + a.Refusal()}
 		case a.Lease.ID != l.ID || a.Lease.Fence != l.Fence:
 			h.mu.Lock()

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// planeClock is the real server's clock in these tests: it moves only when
+// the test says, and fires the server's alarms when it passes them.
+type planeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*planeTimer
+}
+
+type planeTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (c *planeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *planeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &planeTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.stopped
+		t.stopped = true
+		return was
+	}
+}
+
+// Advance moves the clock and runs the alarms that came due, in order.
+func (c *planeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due, keep []*planeTimer
+	for _, t := range c.timers {
+		switch {
+		case t.stopped:
+		case !t.at.After(c.now):
+			t.stopped = true
+			due = append(due, t)
+		default:
+			keep = append(keep, t)
+		}
+	}
+	c.timers = keep
+	c.mu.Unlock()
+	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	for _, t := range due {
+		t.f()
+	}
+}
+
+// testPlane is the real server on 127.0.0.1:0 with a temporary data
+// folder, a workspace key and an operator key of the same workspace.
+type testPlane struct {
+	srv      *server.Server
+	url      string
+	key      string
+	operator string
+	clock    *planeClock
+}
+
+func startPlane(t *testing.T) *testPlane {
+	t.Helper()
+	clk := &planeClock{now: time.UnixMilli(1_800_000_000_000)}
+	s, err := server.New(server.Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: clk.Now, AfterFunc: clk.AfterFunc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, created, err := s.Bootstrap("clienttest")
+	if err != nil || !created {
+		t.Fatalf("bootstrap: %v (created %v)", err, created)
+	}
+	ws, err := s.Store().WorkspaceByName("clienttest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, _, err := s.Store().CreateKey(ws, store.RoleOperator, "", clk.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	p := &testPlane{srv: s, url: "http://" + ln.Addr().String(), key: key, operator: op, clock: clk}
+	t.Setenv("LEASEPLANE_URL", p.url)
+	t.Setenv("LEASEPLANE_KEY", key)
+	return p
+}
+
+// cli runs the binary's main in-process.
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, strings.NewReader(""), &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestClientVerbs(t *testing.T) {
+	p := startPlane(t)
+	steps := []struct {
+		args      []string
+		env       map[string]string
+		wantCode  int
+		wantOut   string // substring of stdout
+		wantErr   string // substring of stderr
+		wantNoOut bool
+	}{
+		{args: []string{"lease", "lock:deploy", "--as", "did:web:a"}, wantCode: 0,
+			wantOut: `{"ok":true,"lease":{"id":"lease_`},
+		// flags before the resource work too
+		{args: []string{"lease", "--as", "did:web:a", "--mode", "write", "lock:deploy"}, wantCode: 0,
+			wantOut: `"holder":"did:web:a","mode":"write","fence":1`},
+		{args: []string{"lease", "lock:deploy", "--as", "did:web:b"}, wantCode: 1,
+			wantOut: `"reason":"lease_held"`, wantErr: "refused lease_held: held by did:web:a; retry in 50 ms"},
+		{args: []string{"wait"}, wantCode: 0,
+			wantOut: `"waiters":[{"actorDid":"did:web:b","mode":"write","admitted":true`},
+		{args: []string{"lease", "lock:deploy", "--as", "did:web:a", "--mode", "scribble"}, wantCode: 1,
+			wantOut: `"reason":"invalid_request"`, wantErr: "invalid_request (HTTP 400): "},
+		{args: []string{"release", "lock:deploy", "--as", "did:web:a", "--lease", "lease_nope"}, wantCode: 1,
+			wantOut: `"reason":"stale_lease"`, wantErr: "stale_lease (HTTP 409)"},
+		{args: []string{"release", "lock:deploy", "--as", "did:web:a"}, wantCode: 0,
+			wantOut: `{"ok":true,"released":true,"releasedIds":["lease_`},
+		{args: []string{"release", "lock:deploy", "--as", "did:web:a"}, wantCode: 0,
+			wantOut: `{"ok":true,"released":false,"releasedIds":[]}`},
+		{args: []string{"wait"}, env: map[string]string{"LEASEPLANE_KEY": "lp_wrong"}, wantCode: 1,
+			wantOut: `"reason":"unauthorized"`, wantErr: "unauthorized (HTTP 401)"},
+		{args: []string{"wait"}, env: map[string]string{"LEASEPLANE_URL": "http://127.0.0.1:1"}, wantCode: 1,
+			wantNoOut: true, wantErr: "cannot reach the plane: leaseplane client: GET http://127.0.0.1:1/api/v1/acp/coordination/wait: "},
+		{args: []string{"lease", "lock:deploy"}, wantCode: 2, wantNoOut: true, wantErr: "want exactly one RESOURCE and --as DID"},
+		{args: []string{"lease", "a", "b", "--as", "did:web:a"}, wantCode: 2, wantNoOut: true, wantErr: "want exactly one RESOURCE"},
+		{args: []string{"release", "--as", "did:web:a"}, wantCode: 2, wantNoOut: true, wantErr: "want exactly one RESOURCE"},
+		{args: []string{"wait", "extra"}, wantCode: 2, wantNoOut: true, wantErr: `takes no arguments, got ["extra"]`},
+		{args: []string{"lease", "r", "--as", "did:web:a", "--bogus"}, wantCode: 2, wantNoOut: true, wantErr: "flag provided but not defined: -bogus"},
+	}
+	for i, st := range steps {
+		for k, v := range st.env {
+			t.Setenv(k, v)
+		}
+		code, out, errOut := cli(t, st.args...)
+		if code != st.wantCode || !strings.Contains(out, st.wantOut) || !strings.Contains(errOut, st.wantErr) || (st.wantNoOut && out != "") {
+			t.Errorf("step %d %q: code %d stdout %q stderr %q\nwant code %d, stdout with %q, stderr with %q",
+				i, st.args, code, out, errOut, st.wantCode, st.wantOut, st.wantErr)
+		}
+		if code == 0 && !strings.HasSuffix(out, "\n") {
+			t.Errorf("step %d: stdout does not end in a newline: %q", i, out)
+		}
+		t.Setenv("LEASEPLANE_URL", p.url)
+		t.Setenv("LEASEPLANE_KEY", p.key)
+	}
+}
+
+func TestClientDeadlockAndSuspendedExitCodes(t *testing.T) {
+	p := startPlane(t)
+	mustCLI(t, 0, "lease", "r1", "--as", "did:web:a")
+	mustCLI(t, 0, "lease", "r2", "--as", "did:web:b")
+	mustCLI(t, 1, "lease", "r1", "--as", "did:web:b")
+	code, out, errOut := cli(t, "lease", "r2", "--as", "did:web:a")
+	if code != exitDeadlock || !strings.Contains(out, `"reason":"deadlock"`) ||
+		!strings.Contains(errOut, "deadlock: did:web:b holds r2 and waits on r1") {
+		t.Errorf("deadlock: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	suspend(t, p, "did:web:c")
+	code, out, errOut = cli(t, "lease", "r3", "--as", "did:web:c")
+	if code != exitSuspended || !strings.Contains(out, `"reason":"suspended"`) || !strings.Contains(errOut, "suspended") {
+		t.Errorf("suspended: code %d stdout %q stderr %q", code, out, errOut)
+	}
+}
+
+func mustCLI(t *testing.T, want int, args ...string) string {
+	t.Helper()
+	code, out, errOut := cli(t, args...)
+	if code != want {
+		t.Fatalf("%q: code %d, want %d; stdout %q stderr %q", args, code, want, out, errOut)
+	}
+	return out
+}
+
+// suspend uses the operator's lever of the real server.
+func suspend(t *testing.T, p *testPlane, did string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, p.url+"/api/v1/acp/operator/suspend", strings.NewReader(`{"actorDid":"`+did+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+p.operator)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("suspend %s: HTTP %d %s", did, resp.StatusCode, body)
+	}
+}

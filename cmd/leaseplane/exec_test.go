@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/server/client"
+)
+
+// execHooks replaces exec's clock, sleeper and signals for one test.
+type execHooks struct {
+	mu    sync.Mutex
+	now   time.Time
+	slept []time.Duration
+	sigs  chan os.Signal
+}
+
+func hookExec(t *testing.T, sleep func(h *execHooks, ctx context.Context, d time.Duration) error) *execHooks {
+	t.Helper()
+	h := &execHooks{now: time.Unix(5000, 0), sigs: make(chan os.Signal, 4)}
+	oldNow, oldSleep, oldSigs := execNow, execSleep, execSignals
+	execNow = func() time.Time { h.mu.Lock(); defer h.mu.Unlock(); return h.now }
+	execSleep = func(ctx context.Context, d time.Duration) error {
+		h.mu.Lock()
+		h.slept = append(h.slept, d)
+		h.mu.Unlock()
+		return sleep(h, ctx, d)
+	}
+	execSignals = func() (<-chan os.Signal, func()) { return h.sigs, func() {} }
+	t.Cleanup(func() { execNow, execSleep, execSignals = oldNow, oldSleep, oldSigs })
+	return h
+}
+
+func (h *execHooks) advance(d time.Duration) {
+	h.mu.Lock()
+	h.now = h.now.Add(d)
+	h.mu.Unlock()
+}
+
+// waitFile polls for a file the child writes (the child is a real process).
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("the child never wrote %s", path)
+}
+
+// queues reads wait through the CLI and decodes it.
+func queues(t *testing.T) client.WaitAnswer {
+	t.Helper()
+	var w client.WaitAnswer
+	if err := json.Unmarshal([]byte(mustCLI(t, 0, "wait")), &w); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func TestExecRunsChildHoldingTheLease(t *testing.T) {
+	startPlane(t)
+	hookExec(t, func(*execHooks, context.Context, time.Duration) error { return nil })
+	dir := t.TempDir()
+	// The child sees the fence and lease id, and the lease is held while it runs.
+	script := `echo "fence=$LEASEPLANE_FENCE id=$LEASEPLANE_LEASE_ID res=$LEASEPLANE_RESOURCE"; ` +
+		`"$LP" wait > "$D/during.json"; exit 7`
+	t.Setenv("LP", testBinary(t))
+	t.Setenv("D", dir)
+	code, out, errOut := cli(t, "exec", "lock:deploy", "--as", "did:web:a", "--", "sh", "-c", script)
+	if code != 7 {
+		t.Fatalf("exit %d, want the child's 7; stderr %q", code, errOut)
+	}
+	if !strings.HasPrefix(out, "fence=1 id=lease_") || !strings.HasSuffix(out, " res=lock:deploy\n") {
+		t.Errorf("child's stdout %q", out)
+	}
+	during, err := os.ReadFile(filepath.Join(dir, "during.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSuffix(strings.SplitN(strings.SplitN(out, "id=", 2)[1], " ", 2)[0], "\n")
+	if !strings.Contains(string(during), `"holders":[{"id":"`+id+`","resource":"lock:deploy","holder":"did:web:a"`) {
+		t.Errorf("while the child ran, wait said %s; want %s held by did:web:a", during, id)
+	}
+	if w := queues(t); len(w.Queues) != 0 {
+		t.Errorf("after the child ended the lease is still there: %+v", w.Queues)
+	}
+	// A second run gets the next fence: the lease was really released and granted again.
+	code, out, _ = cli(t, "exec", "lock:deploy", "--as", "did:web:b", "--", "sh", "-c", `echo "$LEASEPLANE_FENCE"`)
+	if code != 0 || out != "2\n" {
+		t.Errorf("second run: exit %d stdout %q, want 0 and fence 2", code, out)
+	}
+}
+
+// testBinary builds the leaseplane binary once, for children that call it.
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func testBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leaseplane-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "leaseplane")
+		binErr = goBuild(binPath)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func TestExecDeadlock(t *testing.T) {
+	startPlane(t)
+	hookExec(t, func(*execHooks, context.Context, time.Duration) error { return nil })
+	// a holds r1, b holds r2 and waits on r1: a asking for r2 closes the loop.
+	mustCLI(t, 0, "lease", "r1", "--as", "did:web:a")
+	mustCLI(t, 0, "lease", "r2", "--as", "did:web:b")
+	mustCLI(t, 1, "lease", "r1", "--as", "did:web:b")
+	marker := filepath.Join(t.TempDir(), "ran")
+	code, out, errOut := cli(t, "exec", "r2", "--as", "did:web:a", "--", "touch", marker)
+	if code != exitDeadlock {
+		t.Fatalf("exit %d, want %d (deadlock); stderr %q", code, exitDeadlock, errOut)
+	}
+	want := "leaseplane exec: deadlock: did:web:b holds r2 and waits on r1, so waiting would never end"
+	if !strings.Contains(errOut, want) || out != "" {
+		t.Errorf("stderr %q, want it to contain %q; stdout %q", errOut, want, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran although the lease was refused")
+	}
+	w := queues(t)
+	if len(w.Deadlocks) != 1 || w.Deadlocks[0].ActorDid != "did:web:a" || w.Deadlocks[0].WaitingOn != "r1" {
+		t.Errorf("deadlocks %+v", w.Deadlocks)
+	}
+}
+
+func TestExecWaitsAsAdvised(t *testing.T) {
+	startPlane(t)
+	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
+	// The first back-off is the plane's waitMs (50 ms for the first waiter);
+	// during it b releases, and the next try is granted.
+	var released bool
+	h := hookExec(t, func(h *execHooks, ctx context.Context, d time.Duration) error {
+		if released {
+			<-ctx.Done() // renewal sleeps: the child ends first
+			return ctx.Err()
+		}
+		released = true
+		mustCLI(t, 0, "release", "r", "--as", "did:web:b")
+		return nil
+	})
+	code, out, errOut := cli(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c", `echo "$LEASEPLANE_FENCE"`)
+	if code != 0 || out != "2\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	if len(h.slept) == 0 || h.slept[0] != 50*time.Millisecond || (len(h.slept) > 1 && h.slept[1] != client.DefaultRenewEvery) {
+		t.Errorf("slept %v, want 50ms then at most one renewal sleep", h.slept)
+	}
+	if !strings.Contains(errOut, "r is held by did:web:b; waiting (retry in 50ms)") {
+		t.Errorf("stderr %q does not say who holds r", errOut)
+	}
+}
+
+func TestExecTimeoutSuspendedAndUsage(t *testing.T) {
+	p := startPlane(t)
+	hookExec(t, func(h *execHooks, ctx context.Context, d time.Duration) error { h.advance(d); return nil })
+	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
+	suspend(t, p, "did:web:s")
+	marker := filepath.Join(t.TempDir(), "ran")
+	tests := []struct {
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{[]string{"exec", "r", "--as", "did:web:a", "--timeout", "1s", "--", "touch", marker}, exitTimeout,
+			"timed out after 1s waiting for r (held by did:web:b)"},
+		{[]string{"exec", "r", "--as", "did:web:s", "--", "touch", marker}, exitSuspended, "leaseplane exec: suspended"},
+		{[]string{"exec", "r", "--as", "did:web:a", "--mode", "scribble", "--", "touch", marker}, exitRefused,
+			"acquire refused: invalid_request (HTTP 400)"},
+		{[]string{"exec", "free", "--as", "did:web:a", "--", "/nonexistent/cmd"}, exitNoStart, `cannot start "/nonexistent/cmd"`},
+		{[]string{"exec", "r", "--", "true"}, exitUsage, "want RESOURCE, --as DID and a command"},
+		{[]string{"exec", "r", "--as", "did:web:a"}, exitUsage, "want RESOURCE, --as DID and a command"},
+		{[]string{"exec", "r", "s", "--as", "did:web:a", "--", "true"}, exitUsage, `want exactly one RESOURCE before --, got ["r" "s"]`},
+		{[]string{"exec", "r", "--as", "did:web:a", "--timeout", "-1s", "--", "true"}, exitUsage, "--timeout -1s is negative"},
+	}
+	for _, tc := range tests {
+		code, _, errOut := cli(t, tc.args...)
+		if code != tc.wantCode || !strings.Contains(errOut, tc.wantErr) {
+			t.Errorf("%q: exit %d stderr %q; want %d and %q", tc.args, code, errOut, tc.wantCode, tc.wantErr)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a command ran without its lease")
+	}
+	// The timed-out agent gave up its place in the queue.
+	for _, q := range queues(t).Queues {
+		for _, w := range q.Waiters {
+			if w.ActorDid == "did:web:a" {
+				t.Errorf("did:web:a still waits on %s", q.Resource)
+			}
+		}
+	}
+	// Without "--", the first word after RESOURCE starts the command.
+	code, out, errOut := cli(t, "exec", "--as", "did:web:a", "other", "echo", "--as", "x")
+	if code != 0 || out != "--as x\n" {
+		t.Errorf("exec without --: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+}
+
+// gate makes exec's renewal sleeps wait for the test: each sleep announces
+// its duration on asked and returns on wake.
+type gate struct {
+	asked chan time.Duration
+	wake  chan struct{}
+}
+
+func newGate() *gate { return &gate{asked: make(chan time.Duration), wake: make(chan struct{})} }
+
+func (g *gate) sleep(h *execHooks, ctx context.Context, d time.Duration) error {
+	select {
+	case g.asked <- d:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-g.wake:
+		h.advance(d)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runExecAsync runs exec in a goroutine and returns its result channel.
+type execResult struct {
+	code        int
+	out, errOut string
+}
+
+func runExecAsync(t *testing.T, args ...string) <-chan execResult {
+	done := make(chan execResult, 1)
+	go func() {
+		var r execResult
+		var o, e strings.Builder
+		r.code = run(args, strings.NewReader(""), &o, &e)
+		r.out, r.errOut = o.String(), e.String()
+		done <- r
+	}()
+	return done
+}
+
+func TestExecRenewsWhileRunning(t *testing.T) {
+	p := startPlane(t)
+	g := newGate()
+	hookExec(t, g.sleep)
+	dir := t.TempDir()
+	ready, stop := filepath.Join(dir, "ready"), filepath.Join(dir, "stop")
+	done := runExecAsync(t, "exec", "lock:long", "--as", "did:web:a", "--", "sh", "-c",
+		`touch "$0"; while [ ! -e "$1" ]; do sleep 0.02; done; echo "done $LEASEPLANE_FENCE"`, ready, stop)
+	waitFile(t, ready)
+	granted := queues(t).Queues[0].Holders[0]
+	// Four renewal periods, each moving the plane's clock 25 s: 100 s in
+	// all, more than three lifetimes. Each renewal keeps the lease.
+	for i := range 4 {
+		if d := <-g.asked; d != client.DefaultRenewEvery {
+			t.Fatalf("renewal %d waited %s, want %s", i, d, client.DefaultRenewEvery)
+		}
+		p.clock.Advance(25 * time.Second)
+		g.wake <- struct{}{}
+	}
+	<-g.asked // the fourth renewal is answered once the next sleep starts
+	w := queues(t)
+	if len(w.Queues) != 1 || len(w.Queues[0].Holders) != 1 {
+		t.Fatalf("after 100 s of renewals: %+v", w.Queues)
+	}
+	h := w.Queues[0].Holders[0]
+	if h.ID != granted.ID || h.Fence != 1 || h.Holder != "did:web:a" || h.ExpiresAtMs != granted.ExpiresAtMs+100_000 {
+		t.Errorf("held %+v, want %s fence 1 expiring at %d", h, granted.ID, granted.ExpiresAtMs+100_000)
+	}
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.code != 0 || r.out != "done 1\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	if w := queues(t); len(w.Queues) != 0 {
+		t.Errorf("not released at the end: %+v", w.Queues)
+	}
+}
+
+func TestExecStopsChildWhenLeaseIsLost(t *testing.T) {
+	p := startPlane(t)
+	g := newGate()
+	hookExec(t, g.sleep)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c",
+		`trap 'echo stopped; exit 9' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
+	waitFile(t, ready)
+	<-g.asked
+	// The plane hears nothing for 31 s: the alarm takes the lease back and
+	// b gets it. The next renewal is refused, so the child must stop.
+	p.clock.Advance(31 * time.Second)
+	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
+	g.wake <- struct{}{}
+	r := <-done
+	if r.code != exitLost || r.out != "stopped\n" {
+		t.Fatalf("exit %d stdout %q stderr %q; want %d and the child's trap output", r.code, r.out, r.errOut, exitLost)
+	}
+	for _, want := range []string{
+		"lost the lease on r: renewal refused: lease_held (HTTP 409)",
+		"the command exited with status 9 after it was stopped",
+	} {
+		if !strings.Contains(r.errOut, want) {
+			t.Errorf("stderr %q lacks %q", r.errOut, want)
+		}
+	}
+	w := queues(t)
+	if len(w.Queues) != 1 || w.Queues[0].Holders[0].Holder != "did:web:b" || len(w.Queues[0].Waiters) != 0 {
+		t.Errorf("queues %+v, want r held by b alone", w.Queues)
+	}
+}
+
+func TestExecForwardsSignals(t *testing.T) {
+	startPlane(t)
+	g := newGate()
+	h := hookExec(t, g.sleep)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c",
+		`trap 'echo got TERM; exit 7' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
+	waitFile(t, ready)
+	h.sigs <- syscall.SIGTERM
+	r := <-done
+	if r.code != 7 || r.out != "got TERM\n" {
+		t.Fatalf("exit %d stdout %q stderr %q, want the child's 7 after its TERM trap", r.code, r.out, r.errOut)
+	}
+	if w := queues(t); len(w.Queues) != 0 {
+		t.Errorf("not released after the signal: %+v", w.Queues)
+	}
+
+	// A child killed by the signal gives 128+N.
+	done = runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c", `touch "$0"; exec sleep 60`, ready+"2")
+	waitFile(t, ready+"2")
+	h.sigs <- syscall.SIGINT
+	if r := <-done; r.code != 128+int(syscall.SIGINT) {
+		t.Errorf("killed by SIGINT: exit %d stderr %q", r.code, r.errOut)
+	}
+}
+
+func TestExecInterruptedWhileWaiting(t *testing.T) {
+	startPlane(t)
+	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
+	var h *execHooks
+	h = hookExec(t, func(_ *execHooks, ctx context.Context, d time.Duration) error {
+		h.sigs <- syscall.SIGINT
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	code, out, errOut := cli(t, "exec", "r", "--as", "did:web:a", "--", "echo", "ran")
+	if code != 130 || out != "" || !strings.Contains(errOut, "interrupted by interrupt while waiting for r") {
+		t.Fatalf("exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	w := queues(t)
+	if len(w.Queues) != 1 || len(w.Queues[0].Waiters) != 0 {
+		t.Errorf("did:web:a should have left the queue: %+v", w.Queues)
+	}
+}
+
+// goBuild builds the binary for child processes that call it.
+func goBuild(out string) error {
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Stderr = os.Stderr
+	return cmd.Run()
+}
