@@ -80,7 +80,7 @@ Arguments: resource (the name, 1-256 bytes), actorDid (your own DID, starting wi
 Read "ok" in the result:
 - ok true: you hold the lease; "lease" has its id, fence (a counter you can pass downstream as a fencing token) and expiresAtMs. Do your work, then call coordination.lease.release. Calling acquire again while you hold it renews it for another 30000 ms.
 - reason "lease_held": another agent ("holder") has it and you are now queued. Wait stampede.waitMs milliseconds, then call acquire again; do not retry sooner, and do not act on the resource meanwhile.
-- reason "deadlock": granting would close a wait cycle ("cycle" lists the agents and resources around the loop). Release the leases you hold (at least the one on "waitingOn"'s path), then start over; waiting will never succeed.
+- reason "deadlock": granting would close a wait cycle: "holder" has what you ask for and is itself waiting (on "waitingOn") for something you hold; "cycle" lists the agents and resources around the loop. Waiting will never succeed: release the leases you hold, then start over.
 - reason "suspended": an operator has stopped you; stop and report to a person.`
 
 const releaseDescription = `Give back your lease on a resource as soon as you are done with it, so the next agent in the queue gets it without waiting for the lease to lapse.
@@ -224,7 +224,7 @@ func tools() []tool {
 				Description:  waitDescription,
 				InputSchema:  inputSchema(map[string]any{}),
 				OutputSchema: waitOutput,
-				Annotations:  &sdk.ToolAnnotations{Title: "Read the queues", ReadOnlyHint: true, OpenWorldHint: boolp(false)},
+				Annotations:  &sdk.ToolAnnotations{Title: "Read the queues", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: boolp(false)},
 			},
 			op: kernel.OpWait,
 		},

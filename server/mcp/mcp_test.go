@@ -509,3 +509,50 @@ func TestRefusalsAreResults(t *testing.T) {
 		t.Errorf("suspended agent: %v, want suspended", v)
 	}
 }
+
+// bufferCloser is an output that records what the server wrote.
+type bufferCloser struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *bufferCloser) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *bufferCloser) Close() error { return nil }
+
+// TestStdioAnswersBeforeEOF checks that a client that writes its requests
+// and closes its end at once (a shell pipe) gets every answer.
+func TestStdioAnswersBeforeEOF(t *testing.T) {
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"0"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"coordination.lease.acquire","arguments":{"resource":"r","actorDid":"` + didA + `"}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`,
+	}, "\n") + "\n"
+	var out bufferCloser
+	if err := ServeStdio(context.Background(), newPlane(t), wsKey, io.NopCloser(strings.NewReader(in)), &out, Options{}); err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+	got := out.b.String()
+	for _, want := range []string{`"id":1,"result":{`, `"id":"two","result":{"content":[{"type":"text","text":"{\"ok\":true`, `"id":3,"result":{`, `"name":"coordination.wait"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %s:\n%s", want, got)
+		}
+	}
+}
+
+func TestLineBuf(t *testing.T) {
+	var l lineBuf
+	var lines []string
+	f := func(b []byte) { lines = append(lines, string(b)) }
+	l.feed([]byte("ab"), f)
+	l.feed([]byte("c\nd\n\nef"), f)
+	l.feed([]byte(strings.Repeat("x", maxTrackedLine)+"\ng\n"), f)
+	if want := []string{"abc", "d", "", "g"}; !slices.Equal(lines, want) {
+		t.Errorf("lines %q, want %q", lines, want)
+	}
+}

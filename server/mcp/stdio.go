@@ -9,10 +9,12 @@ import (
 
 // ServeStdio serves the tools to one MCP client over newline-delimited
 // JSON-RPC on r and w (a process's stdin and stdout) until the client
-// closes r or ctx ends. Every tool call goes to b with key.
+// closes r or ctx ends. Every tool call goes to b with key. A client that
+// closes r right after writing its requests still gets every answer.
 func ServeStdio(ctx context.Context, b Backend, key string, r io.ReadCloser, w io.WriteCloser, o Options) error {
 	s := newServer(b, func(*sdk.CallToolRequest) string { return key }, o)
-	err := s.Run(ctx, &sdk.IOTransport{Reader: r, Writer: w})
+	d := newDrain(r, w)
+	err := s.Run(ctx, &sdk.IOTransport{Reader: d.reader(), Writer: d.writer()})
 	if err == io.EOF || ctx.Err() != nil {
 		return nil
 	}
