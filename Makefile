@@ -40,6 +40,7 @@ test-go:
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKernel$$' -fuzztime $(FUZZTIME) ./kernel
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./kernel
+	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./server
 
 # The dependency rules of DESIGN.md (also part of test-go).
 check-imports:

@@ -1,0 +1,435 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// fakeClock is a clock and timer source that moves only when a test says.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.UnixMilli(1_800_000_000_000)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.stopped
+		t.stopped = true
+		return was
+	}
+}
+
+// Advance moves the clock and runs, in time order, the timers now due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		var next *fakeTimer
+		for _, t := range c.timers {
+			if !t.stopped && !t.at.After(c.now) && (next == nil || t.at.Before(next.at)) {
+				next = t
+			}
+		}
+		if next != nil {
+			next.stopped = true
+		}
+		c.mu.Unlock()
+		if next == nil {
+			return
+		}
+		next.f()
+	}
+}
+
+type testServer struct {
+	t     *testing.T
+	s     *Server
+	clock *fakeClock
+	dir   string
+	key   string
+	fault atomic.Pointer[error]
+}
+
+func newTestServer(t *testing.T, dir string) *testServer {
+	t.Helper()
+	ts := &testServer{t: t, clock: newFakeClock(), dir: dir}
+	s, err := New(Config{
+		DataDir:   dir,
+		Engine:    kernel.Native,
+		Clock:     ts.clock.Now,
+		AfterFunc: ts.clock.AfterFunc,
+		CommitFault: func() error {
+			if e := ts.fault.Load(); e != nil {
+				return *e
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.s = s
+	key, created, err := s.Bootstrap("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created {
+		ts.key = key
+	}
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	return ts
+}
+
+// do sends one request through the server's handler.
+func (ts *testServer) do(method, path, key string, body string) (int, http.Header, []byte) {
+	ts.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, path, rd)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	w := httptest.NewRecorder()
+	ts.s.Handler().ServeHTTP(w, req)
+	return w.Code, w.Header(), w.Body.Bytes()
+}
+
+func (ts *testServer) lease(resource, actor string) (int, []byte) {
+	st, _, b := ts.do("POST", RouteLease, ts.key, `{"resource":"`+resource+`","actorDid":"`+actor+`"}`)
+	return st, b
+}
+
+func (ts *testServer) wait() []byte {
+	ts.t.Helper()
+	st, _, b := ts.do("GET", RouteWait, ts.key, "")
+	if st != 200 {
+		ts.t.Fatalf("wait: %d %s", st, b)
+	}
+	return b
+}
+
+func field(t *testing.T, b []byte, name string) any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("answer is not a JSON object: %v: %s", err, b)
+	}
+	return m[name]
+}
+
+// TestBadRequests runs malformed requests through the handler: each gets
+// its status, a JSON body with ok false, the reason and an error naming
+// the problem, and changes nothing.
+func TestBadRequests(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	if st, b := ts.lease("lock:a", "did:example:holder"); st != 200 {
+		t.Fatalf("setup lease: %d %s", st, b)
+	}
+	before := ts.wait()
+	big := `{"resource":"` + strings.Repeat("x", DefaultMaxBodyBytes) + `","actorDid":"did:example:a"}`
+	cases := []struct {
+		name, method, path, auth, body string
+		status                         int
+		reason, errHas                 string
+	}{
+		{"no key", "POST", RouteLease, "-", `{"resource":"r","actorDid":"did:example:a"}`, 401, "unauthorized", "missing key"},
+		{"basic auth", "POST", RouteLease, "Basic abc", `{}`, 401, "unauthorized", "Bearer"},
+		{"bearer without key", "POST", RouteLease, "Bearer ", `{}`, 401, "unauthorized", "Bearer"},
+		{"unknown key", "POST", RouteLease, "Bearer lp_000000000000_nope", `{}`, 401, "unauthorized", "unknown or revoked"},
+		{"not a key", "POST", RouteLease, "Bearer hello", `{}`, 401, "unauthorized", "unknown or revoked"},
+		{"huge key", "POST", RouteLease, "Bearer lp_" + strings.Repeat("a", 5000), `{}`, 401, "unauthorized", "unknown or revoked"},
+		{"empty body", "POST", RouteLease, "", ``, 400, "invalid_request", "resource is required"},
+		{"not json", "POST", RouteLease, "", `resource=r`, 400, "invalid_request", ""},
+		{"array", "POST", RouteLease, "", `[1,2]`, 400, "invalid_request", ""},
+		{"truncated", "POST", RouteLease, "", `{"resource":"r"`, 400, "invalid_request", ""},
+		{"trailing garbage", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a"} x`, 400, "invalid_request", ""},
+		{"resource number", "POST", RouteLease, "", `{"resource":5,"actorDid":"did:example:a"}`, 400, "invalid_request", "resource must be a string"},
+		{"unknown field", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","colour":"red"}`, 400, "invalid_request", "unknown field"},
+		{"duplicate field", "POST", RouteLease, "", `{"resource":"r","resource":"s","actorDid":"did:example:a"}`, 400, "invalid_request", "duplicate field resource"},
+		{"bad did", "POST", RouteLease, "", `{"resource":"r","actorDid":"agent-7"}`, 400, "invalid_request", "actorDid"},
+		{"bad mode", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","mode":"own"}`, 400, "invalid_request", "mode"},
+		{"ttl string", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","ttlMs":"5"}`, 400, "invalid_request", "ttlMs"},
+		{"control char", "POST", RouteLease, "", `{"resource":"a\u0001b","actorDid":"did:example:a"}`, 400, "invalid_request", "control"},
+		{"long resource", "POST", RouteLease, "", `{"resource":"` + strings.Repeat("r", 257) + `","actorDid":"did:example:a"}`, 400, "invalid_request", "256"},
+		{"release takes no mode", "POST", RouteRelease, "", `{"resource":"r","actorDid":"did:example:a","mode":"read"}`, 400, "invalid_request", "release does not take mode"},
+		{"empty lease id", "POST", RouteRelease, "", `{"resource":"r","actorDid":"did:example:a","leaseId":""}`, 400, "invalid_request", "leaseId"},
+		{"wait with fields", "GET", RouteWait, "", `{"resource":"r"}`, 400, "invalid_request", "wait does not take resource"},
+		{"too large", "POST", RouteLease, "", big, 413, "body_too_large", "8192"},
+		{"wrong method lease", "GET", RouteLease, "", ``, 405, "method_not_allowed", "POST"},
+		{"wrong method wait", "POST", RouteWait, "", `{}`, 405, "method_not_allowed", "GET"},
+		{"unknown route", "POST", "/api/v1/acp/coordination/steal", "", `{}`, 404, "not_found", "no route"},
+		{"suspend with workspace key", "POST", RouteSuspend, "", `{"actorDid":"did:example:holder"}`, 403, "forbidden", "operator key"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+			switch c.auth {
+			case "":
+				req.Header.Set("Authorization", "Bearer "+ts.key)
+			case "-":
+			default:
+				req.Header.Set("Authorization", c.auth)
+			}
+			w := httptest.NewRecorder()
+			ts.s.Handler().ServeHTTP(w, req)
+			if w.Code != c.status {
+				t.Fatalf("status %d, want %d: %s", w.Code, c.status, w.Body)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			b := w.Body.Bytes()
+			if ok := field(t, b, "ok"); ok != false {
+				t.Errorf("ok = %v in %s", ok, b)
+			}
+			if r := field(t, b, "reason"); r != c.reason {
+				t.Errorf("reason %v, want %s: %s", r, c.reason, b)
+			}
+			msg, _ := field(t, b, "error").(string)
+			if msg == "" || !strings.Contains(msg, c.errHas) {
+				t.Errorf("error %q does not name %q", msg, c.errHas)
+			}
+			if c.status == 401 && w.Header().Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+		})
+	}
+	// A wait answer carries nowMs, which is the clock: unchanged clock,
+	// unchanged state, identical bytes.
+	if after := ts.wait(); !bytes.Equal(before, after) {
+		t.Errorf("bad requests changed state:\n%s\n%s", before, after)
+	}
+}
+
+// TestCommitFailure: when the disk write fails, the command is answered
+// 503 unavailable, nothing is granted, and the workspace comes back from
+// disk exactly as it was.
+func TestCommitFailure(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	if st, b := ts.lease("lock:a", "did:example:one"); st != 200 {
+		t.Fatalf("lease: %d %s", st, b)
+	}
+	ts.clock.Advance(time.Second)
+	before := ts.wait()
+	diskFull := errors.New("disk I/O error (injected)")
+	ts.fault.Store(&diskFull)
+	ts.clock.Advance(time.Second)
+	st, h, b := ts.do("POST", RouteLease, ts.key, `{"resource":"lock:b","actorDid":"did:example:two"}`)
+	if st != 503 || field(t, b, "reason") != "unavailable" || h.Get("Retry-After") == "" {
+		t.Fatalf("lease during a failing disk: %d %v %s", st, h, b)
+	}
+	if !strings.Contains(field(t, b, "error").(string), "nothing was granted") {
+		t.Errorf("503 error does not say nothing was granted: %s", b)
+	}
+	ts.fault.Store(nil)
+	// The machine was reloaded: lock:b is not held, lock:a still is.
+	st, h, b = ts.do("GET", RouteWait, ts.key, "")
+	if st != 200 {
+		t.Fatalf("wait after failure: %d %s", st, b)
+	}
+	var w struct {
+		Queues []struct {
+			Resource string
+			Holders  []struct{ Holder string }
+		}
+	}
+	json.Unmarshal(b, &w)
+	if len(w.Queues) != 1 || w.Queues[0].Resource != "lock:a" {
+		t.Fatalf("after the failed commit the queues are %s (before: %s)", b, before)
+	}
+	if st, b := ts.lease("lock:b", "did:example:two"); st != 200 || field(t, b, "lease").(map[string]any)["fence"] != 1.0 {
+		t.Fatalf("lease after recovery: %d %s", st, b)
+	}
+}
+
+// TestAlarmLapsesWithoutTraffic: a lease lapses at its time with no request
+// at all; the expire event with its -5 trust change reaches the events
+// table and the tick is in the log.
+func TestAlarmLapsesWithoutTraffic(t *testing.T) {
+	dir := t.TempDir()
+	ts := newTestServer(t, dir)
+	if st, b := ts.lease("lock:a", "did:example:sleepy"); st != 200 {
+		t.Fatalf("lease: %d %s", st, b)
+	}
+	ts.clock.Advance(29999 * time.Millisecond)
+	ts.clock.Advance(time.Millisecond) // the alarm fires here; no request
+	ws := ts.s.workspaces[1]
+	ws.mu.Lock()
+	snap, err := ws.eng.Snapshot()
+	ws.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(snap, []byte(`"holder":"did:example:sleepy"`)) {
+		t.Fatalf("lease still held after its alarm: %s", snap)
+	}
+	if !bytes.Contains(snap, []byte(`"trustHalves":-10`)) {
+		t.Errorf("trust not -5 after the lapse: %s", snap)
+	}
+	if err := ts.s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	evs, err := st.Events(context.Background(), 1, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	if strings.Join(types, ",") != "coordination.lease,coordination.expire" {
+		t.Fatalf("events %v", types)
+	}
+	exp := evs[1]
+	if exp.AtMs != 1_800_000_030_000 || !bytes.Contains(exp.Body, []byte(`"trustDelta":-5`)) {
+		t.Errorf("expire event %d %s", exp.AtMs, exp.Body)
+	}
+	_, _, recs, err := st.Load(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = recs // the shutdown snapshot covers them; the log's content is checked in the store tests
+}
+
+// TestRestartRecovers: state answered before a shutdown (snapshot) and
+// before a crash (log only) is the state after the restart.
+func TestRestartRecovers(t *testing.T) {
+	for _, snapEvery := range []int{1000, 3} {
+		dir := t.TempDir()
+		clock := newFakeClock()
+		cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc, SnapshotEvery: snapEvery}
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _, err := s.Bootstrap("default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for i, r := range []string{"a", "b", "c", "d", "e"} {
+			clock.Advance(time.Duration(i) * time.Millisecond)
+			if st, b, _ := s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"`+r+`","actorDid":"did:example:x"}`)); st != 200 {
+				t.Fatalf("acquire %s: %d %s", r, st, b)
+			}
+		}
+		s.Call(ctx, key, kernel.OpRelease, []byte(`{"resource":"c","actorDid":"did:example:x"}`))
+		s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"a","actorDid":"did:example:y"}`))
+		_, want, _ := s.Call(ctx, key, kernel.OpWait, nil)
+		// A crash: no shutdown, no final snapshot. Only the log (and the
+		// periodic snapshots) remain.
+		s.commit.stop()
+		s.store.Close()
+		s2, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got, _ := s2.Call(ctx, key, kernel.OpWait, nil)
+		if !bytes.Equal(got, want) {
+			t.Errorf("snapshot every %d: after restart\n%s\nwant\n%s", snapEvery, got, want)
+		}
+		s2.Shutdown(ctx)
+	}
+}
+
+// FuzzRequest sends arbitrary bodies, methods and keys through the
+// handler: never a panic or a 5xx, always a JSON answer with ok, and a
+// reason on every refusal.
+func FuzzRequest(f *testing.F) {
+	f.Add(uint8(0), `{"resource":"lock:a","actorDid":"did:example:a"}`, true)
+	f.Add(uint8(1), `{"resource":"lock:a","actorDid":"did:example:a","leaseId":"lease_1"}`, true)
+	f.Add(uint8(2), ``, true)
+	f.Add(uint8(3), `{"actorDid":"did:example:a"}`, true)
+	f.Add(uint8(0), `{"resource":"\ud800","actorDid":"did:x:1","mode":null,"ttlMs":1e99}`, false)
+	f.Add(uint8(0), `{"resource":"r","resource":"r"}`, true)
+	f.Add(uint8(1), `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`, true)
+	dir := f.TempDir()
+	clock := newFakeClock()
+	s, err := New(Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc})
+	if err != nil {
+		f.Fatal(err)
+	}
+	key, _, err := s.Bootstrap("default")
+	if err != nil {
+		f.Fatal(err)
+	}
+	routes := []struct{ method, path string }{
+		{"POST", RouteLease}, {"POST", RouteRelease}, {"GET", RouteWait}, {"POST", RouteSuspend},
+		{"PUT", RouteLease}, {"POST", "/api/v1/nope"},
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body string, withKey bool) {
+		r := routes[int(route)%len(routes)]
+		req := httptest.NewRequest(r.method, r.path, strings.NewReader(body))
+		if withKey {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, req)
+		if w.Code >= 500 {
+			t.Fatalf("%s %s %q: %d %s", r.method, r.path, body, w.Code, w.Body)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
+			t.Fatalf("%q: answer is not a JSON object: %s", body, w.Body)
+		}
+		if _, ok := m["ok"]; !ok {
+			t.Fatalf("%q: answer without ok: %s", body, w.Body)
+		}
+		if w.Code >= 400 {
+			if _, ok := m["reason"]; !ok {
+				t.Fatalf("%q: refusal without reason: %s", body, w.Body)
+			}
+			if w.Code != 409 {
+				if _, ok := m["error"]; !ok {
+					t.Fatalf("%q: %d without error: %s", body, w.Code, w.Body)
+				}
+			}
+		}
+		clock.Advance(time.Millisecond)
+	})
+}
