@@ -15,6 +15,7 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/client"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -27,7 +28,7 @@ type realPlane struct {
 	agentKey string
 }
 
-func startRealPlane(t *testing.T) realPlane {
+func startRealPlane(t testing.TB) realPlane {
 	t.Helper()
 	srv, err := server.New(server.Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: time.Now})
 	if err != nil {
@@ -66,7 +67,7 @@ var (
 )
 
 // leaseplaneBinary builds cmd/leaseplane once per test run.
-func leaseplaneBinary(t *testing.T) string {
+func leaseplaneBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "leaseplane-mcp-test")
@@ -89,7 +90,7 @@ func leaseplaneBinary(t *testing.T) string {
 
 // connectSubprocess starts `leaseplane mcp` as a child process speaking MCP
 // on its stdin and stdout, forwarding to url with key.
-func connectSubprocess(t *testing.T, url, key string) *sdk.ClientSession {
+func connectSubprocess(t testing.TB, url, key string) *sdk.ClientSession {
 	t.Helper()
 	cmd := exec.Command(leaseplaneBinary(t), "mcp")
 	cmd.Env = append(os.Environ(), "LEASEPLANE_URL="+url, "LEASEPLANE_KEY="+key)
@@ -103,7 +104,7 @@ func connectSubprocess(t *testing.T, url, key string) *sdk.ClientSession {
 	return connect(t, &sdk.CommandTransport{Command: cmd})
 }
 
-func connectRealHTTP(t *testing.T, url, key string) *sdk.ClientSession {
+func connectRealHTTP(t testing.TB, url, key string) *sdk.ClientSession {
 	t.Helper()
 	tr := &sdk.StreamableClientTransport{Endpoint: url + mcpPath, HTTPClient: newBearerClient(key)}
 	return connect(t, tr)
@@ -115,7 +116,7 @@ func connectRealHTTP(t *testing.T, url, key string) *sdk.ClientSession {
 func TestRealServer(t *testing.T) {
 	for _, tr := range []struct {
 		name    string
-		connect func(t *testing.T, url, key string) *sdk.ClientSession
+		connect func(t testing.TB, url, key string) *sdk.ClientSession
 	}{
 		{"http", connectRealHTTP},
 		{"stdio-subprocess", connectSubprocess},
@@ -136,3 +137,39 @@ func TestRealServer(t *testing.T) {
 		})
 	}
 }
+
+// Benchmarks of one acquire (a renewal after the first, so every call
+// changes state and waits for its SQLite commit) against the real server:
+// straight over REST, and through MCP over HTTP and over a leaseplane mcp
+// child process. The differences are what MCP costs.
+
+func BenchmarkRealAcquireREST(b *testing.B) {
+	p := startRealPlane(b)
+	c := client.New(p.url, p.wsKey, nil)
+	body := []byte(`{"resource":"` + resource + `","actorDid":"` + didA + `"}`)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		status, answer, err := c.Call(ctx, kernel.OpAcquire, body)
+		if err != nil || status != 200 {
+			b.Fatalf("acquire: %d %s %v", status, answer, err)
+		}
+	}
+}
+
+func benchmarkRealMCP(b *testing.B, connect func(t testing.TB, url, key string) *sdk.ClientSession) {
+	p := startRealPlane(b)
+	cs := connect(b, p.url, p.wsKey)
+	args := map[string]any{"resource": resource, "actorDid": didA}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolAcquire, Arguments: args})
+		if err != nil || res.IsError {
+			b.Fatalf("acquire: %v %v", err, res)
+		}
+	}
+}
+
+func BenchmarkRealAcquireMCPHTTP(b *testing.B)  { benchmarkRealMCP(b, connectRealHTTP) }
+func BenchmarkRealAcquireMCPStdio(b *testing.B) { benchmarkRealMCP(b, connectSubprocess) }
