@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/client"
+)
+
+func init() {
+	register("bench", "load test: N clients doing acquire+release over loopback against the real server (and Redis, etcd)", runBench)
+}
+
+// benchTarget is one system under load: the lease plane with one engine,
+// or a baseline.
+type benchTarget interface {
+	name() string
+	// worker makes client i's connection.
+	worker(i int) (benchWorker, error)
+	close()
+}
+
+// benchWorker is one client. acquire reports whether the lock was granted
+// and how many requests it took; release the same.
+type benchWorker interface {
+	acquire(res string) (granted bool, requests int, err error)
+	release(res string) (requests int, err error)
+	close()
+}
+
+// benchResult is one workload's figures on one target.
+type benchResult struct {
+	target, workload string
+	clients          int
+	elapsed          time.Duration
+	pairs, requests  int64
+	refused          int64
+	errors           int64
+	firstErr         error
+	lat              []time.Duration // per request
+}
+
+func (r benchResult) pairsPerSec() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
+func (r benchResult) reqPerSec() float64   { return float64(r.requests) / r.elapsed.Seconds() }
+
+func (r benchResult) pct(p float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	i := int(float64(len(r.lat)-1) * p)
+	return r.lat[i]
+}
+
+const benchHelp = `usage: leaseplane bench [--clients 64] [--duration 5s] [--engines native,wasm] [--redis] [--etcd]
+
+Starts the real server in-process (a temporary data folder, durable SQLite,
+loopback HTTP) once per engine, and drives it with N concurrent clients, each
+its own agent, doing acquire+release pairs:
+  spread     each client on its own resources: every acquire is granted;
+  contended  all clients on 4 resources: a refused acquire counts as a try
+             (a request, no pair) and the client tries again at once.
+One pair is one acquire and one release: two HTTP requests. Prints pairs/s
+(granted pairs), requests/s, and p50/p99 of single requests.
+
+--redis starts redis-server on a loopback port (no persistence) and runs the
+same workloads as SET key token NX PX 30000 plus a Lua compare-and-delete.
+--etcd starts a single-node etcd and runs them as etcd's Mutex does (a txn
+that puts the client's key under the lock's prefix with its session lease
+and reads the prefix's owner; unlock deletes the key; a contended try that
+is not the owner deletes its key, as TryLock does), through etcd's
+HTTP/JSON gateway.`
+
+func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	clients := fs.Int("clients", 64, "concurrent clients")
+	dur := fs.Duration("duration", 5*time.Second, "measured time per workload (after a 0.5 s warm-up)")
+	engineList := fs.String("engines", "", "comma-separated engines (default: every engine this binary has)")
+	redis := fs.Bool("redis", false, "also measure Redis SET NX PX + Lua release (needs redis-server)")
+	etcd := fs.Bool("etcd", false, "also measure a single-node etcd Mutex (needs etcd)")
+	workloads := fs.String("workloads", "spread,contended", "comma-separated workloads: spread, contended")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, benchHelp)
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "leaseplane bench: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if *clients < 1 || *clients > 10000 {
+		fmt.Fprintf(stderr, "leaseplane bench: --clients %d: want 1 to 10000\n", *clients)
+		return exitUsage
+	}
+	if *dur <= 0 {
+		fmt.Fprintf(stderr, "leaseplane bench: --duration %s: want a positive duration\n", *dur)
+		return exitUsage
+	}
+	var wls []string
+	for _, w := range strings.Split(*workloads, ",") {
+		if w != "spread" && w != "contended" {
+			fmt.Fprintf(stderr, "leaseplane bench: unknown workload %q (want spread or contended)\n", w)
+			return exitUsage
+		}
+		wls = append(wls, w)
+	}
+	var names []string
+	if *engineList == "" {
+		for n := range engines {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	} else {
+		names = strings.Split(*engineList, ",")
+		for _, n := range names {
+			if _, ok := engines[n]; !ok {
+				fmt.Fprintf(stderr, "leaseplane bench: unknown engine %q\n", n)
+				return exitUsage
+			}
+		}
+	}
+
+	type mk struct {
+		label string
+		open  func() (benchTarget, error)
+	}
+	var targets []mk
+	for _, n := range names {
+		n := n
+		targets = append(targets, mk{"leaseplane/" + n, func() (benchTarget, error) {
+			f, err := engines[n]()
+			if err != nil {
+				return nil, fmt.Errorf("engine %s: %w", n, err)
+			}
+			return openPlaneTarget(f, *clients)
+		}})
+	}
+	if *redis {
+		targets = append(targets, mk{"redis", func() (benchTarget, error) { return openRedisTarget() }})
+	}
+	if *etcd {
+		targets = append(targets, mk{"etcd", func() (benchTarget, error) { return openEtcdTarget(*clients) }})
+	}
+
+	fmt.Fprintf(stdout, "%d clients, %s per workload, GOMAXPROCS %s, load generator in the same process\n",
+		*clients, *dur, gomaxprocs())
+	fmt.Fprintf(stdout, "%-20s %-10s %10s %12s %9s %9s %9s %7s\n", "target", "workload", "pairs/s", "requests/s", "refused%", "p50", "p99", "errors")
+	status := exitOK
+	for _, t := range targets {
+		tg, err := t.open()
+		if err != nil {
+			fmt.Fprintf(stdout, "%-20s not measured: %v\n", t.label, err)
+			status = exitRefused
+			continue
+		}
+		for _, w := range wls {
+			r, err := benchRun(tg, w, *clients, *dur)
+			if err != nil {
+				fmt.Fprintf(stdout, "%-20s %-10s not measured: %v\n", t.label, w, err)
+				status = exitRefused
+				continue
+			}
+			refusedPct := 0.0
+			if r.requests > 0 {
+				refusedPct = 100 * float64(r.refused) / float64(r.requests)
+			}
+			fmt.Fprintf(stdout, "%-20s %-10s %10.0f %12.0f %8.1f%% %9s %9s %7d\n", t.label, w,
+				r.pairsPerSec(), r.reqPerSec(), refusedPct, fmtDur(r.pct(0.50)), fmtDur(r.pct(0.99)), r.errors)
+			if r.firstErr != nil {
+				fmt.Fprintf(stdout, "%-20s %-10s first error: %v\n", "", "", r.firstErr)
+				status = exitRefused
+			}
+		}
+		tg.close()
+	}
+	return status
+}
+
+func gomaxprocs() string {
+	if v := os.Getenv("GOMAXPROCS"); v != "" {
+		return v
+	}
+	return "default"
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+}
+
+// benchResource is the resource client i uses on its n-th pair.
+func benchResource(workload string, i, n int) string {
+	if workload == "contended" {
+		return "bench/contended/" + strconv.Itoa((i+n)%4)
+	}
+	return "bench/spread/" + strconv.Itoa(i) + "/" + strconv.Itoa(n%8)
+}
+
+// benchRun warms up for half a second, then measures for dur.
+func benchRun(t benchTarget, workload string, clients int, dur time.Duration) (benchResult, error) {
+	ws := make([]benchWorker, clients)
+	for i := range ws {
+		w, err := t.worker(i)
+		if err != nil {
+			for _, w := range ws[:i] {
+				w.close()
+			}
+			return benchResult{}, err
+		}
+		ws[i] = w
+	}
+	defer func() {
+		for _, w := range ws {
+			w.close()
+		}
+	}()
+	drive(ws, workload, 500*time.Millisecond)
+	r := drive(ws, workload, dur)
+	r.target, r.workload, r.clients = t.name(), workload, clients
+	if r.pairs == 0 && r.firstErr != nil {
+		return r, r.firstErr
+	}
+	return r, nil
+}
+
+func drive(ws []benchWorker, workload string, dur time.Duration) benchResult {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	type part struct {
+		pairs, requests, refused, errors int64
+		firstErr                         error
+		lat                              []time.Duration
+	}
+	parts := make([]part, len(ws))
+	start := time.Now()
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := &parts[i]
+			p.lat = make([]time.Duration, 0, 4096)
+			fail := func(err error) {
+				p.errors++
+				if p.firstErr == nil {
+					p.firstErr = err
+				}
+			}
+			for n := 0; !stop.Load(); n++ {
+				res := benchResource(workload, i, n)
+				t0 := time.Now()
+				granted, k, err := w.acquire(res)
+				t1 := time.Now()
+				p.requests += int64(k)
+				if k > 0 {
+					p.lat = append(p.lat, t1.Sub(t0)/time.Duration(k))
+				}
+				if err != nil {
+					fail(err)
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if !granted {
+					p.refused++
+					continue
+				}
+				k, err = w.release(res)
+				p.lat = append(p.lat, time.Since(t1)/time.Duration(max(k, 1)))
+				p.requests += int64(k)
+				if err != nil {
+					fail(err)
+					continue
+				}
+				p.pairs++
+			}
+		}()
+	}
+	time.Sleep(dur)
+	stop.Store(true)
+	wg.Wait()
+	r := benchResult{elapsed: time.Since(start)}
+	for _, p := range parts {
+		r.pairs += p.pairs
+		r.requests += p.requests
+		r.refused += p.refused
+		r.errors += p.errors
+		if r.firstErr == nil {
+			r.firstErr = p.firstErr
+		}
+		r.lat = append(r.lat, p.lat...)
+	}
+	slices.Sort(r.lat)
+	return r
+}
+
+// planeTarget is the real server, in-process, on a loopback port.
+type planeTarget struct {
+	label string
+	srv   *server.Server
+	dir   string
+	url   string
+	key   string
+	hc    *http.Client
+}
+
+func openPlaneTarget(f kernel.Factory, clients int) (*planeTarget, error) {
+	dir, err := os.MkdirTemp("", "leaseplane-bench-")
+	if err != nil {
+		return nil, err
+	}
+	s, err := server.New(server.Config{DataDir: dir, Engine: f, Clock: time.Now})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	key, _, err := s.Bootstrap("bench")
+	if err != nil {
+		s.Shutdown(context.Background())
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.Shutdown(context.Background())
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	go s.Serve(ln)
+	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute}
+	return &planeTarget{
+		label: "leaseplane/" + f.Name(), srv: s, dir: dir, url: "http://" + ln.Addr().String(), key: key,
+		hc: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+	}, nil
+}
+
+func (t *planeTarget) name() string { return t.label }
+
+func (t *planeTarget) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.srv.Shutdown(ctx)
+	t.hc.CloseIdleConnections()
+	os.RemoveAll(t.dir)
+}
+
+func (t *planeTarget) worker(i int) (benchWorker, error) {
+	return &planeWorker{c: client.New(t.url, t.key, t.hc), did: fmt.Sprintf("did:bench:client:%d", i)}, nil
+}
+
+type planeWorker struct {
+	c   *client.Client
+	did string
+}
+
+func (w *planeWorker) body(res string) []byte {
+	return []byte(`{"resource":"` + res + `","actorDid":"` + w.did + `"}`)
+}
+
+func (w *planeWorker) acquire(res string) (bool, int, error) {
+	status, ans, err := w.c.Call(context.Background(), kernel.OpAcquire, w.body(res))
+	switch {
+	case err != nil:
+		return false, 1, err
+	case status == http.StatusOK:
+		return true, 1, nil
+	case status == http.StatusConflict:
+		return false, 1, nil
+	}
+	return false, 1, fmt.Errorf("acquire %s: HTTP %d %s", res, status, ans)
+}
+
+func (w *planeWorker) release(res string) (int, error) {
+	status, ans, err := w.c.Call(context.Background(), kernel.OpRelease, w.body(res))
+	if err != nil {
+		return 1, err
+	}
+	if status != http.StatusOK {
+		return 1, fmt.Errorf("release %s: HTTP %d %s", res, status, ans)
+	}
+	return 1, nil
+}
+
+func (w *planeWorker) close() {}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// daemon is a baseline's server process that bench started.
+type daemon struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startDaemon starts a baseline's server process and waits until ready
+// answers nil (or 15 s pass).
+func startDaemon(name string, args []string, ready func() error) (*daemon, error) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not installed (apt-get install -y %s): %w", name, debianPackage(name), err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	d := &daemon{cmd: cmd, exited: make(chan struct{})}
+	go func() { cmd.Wait(); close(d.exited) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := ready()
+		if err == nil {
+			return d, nil
+		}
+		select {
+		case <-d.exited:
+			return nil, fmt.Errorf("%s exited before it was ready: %v", name, cmd.ProcessState)
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			return nil, fmt.Errorf("%s not ready after 15 s: %w", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop kills the process and waits for it.
+func (d *daemon) stop() {
+	d.cmd.Process.Kill()
+	<-d.exited
+}
+
+func debianPackage(name string) string {
+	if name == "etcd" {
+		return "etcd-server"
+	}
+	return name
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+)
+
+// The baselines of `leaseplane bench`: Redis and etcd, each started by the
+// bench on a loopback port and driven the way their users take a lock.
+
+// redisTarget is a redis-server without persistence.
+type redisTarget struct {
+	d    *daemon
+	addr string
+	sha  string
+}
+
+// redisRelease deletes the lock only when it still holds the caller's token.
+const redisRelease = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`
+
+func openRedisTarget() (benchTarget, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	d, err := startDaemon("redis-server", []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes", "--maxclients", "10000"},
+		func() error {
+			c, err := dialRESP(addr)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			r, err := c.do("PING")
+			if err != nil {
+				return err
+			}
+			if r != "+PONG" {
+				return fmt.Errorf("PING answered %q", r)
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	c, err := dialRESP(addr)
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	defer c.close()
+	sha, err := c.do("SCRIPT", "LOAD", redisRelease)
+	if err != nil || len(sha) < 2 || sha[0] != '$' {
+		d.stop()
+		return nil, fmt.Errorf("redis SCRIPT LOAD: %q %v", sha, err)
+	}
+	return &redisTarget{d: d, addr: addr, sha: sha[1:]}, nil
+}
+
+func (t *redisTarget) name() string { return "redis" }
+func (t *redisTarget) close()       { t.d.stop() }
+
+func (t *redisTarget) worker(i int) (benchWorker, error) {
+	c, err := dialRESP(t.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &redisWorker{c: c, sha: t.sha, token: "client-" + strconv.Itoa(i)}, nil
+}
+
+type redisWorker struct {
+	c     *respConn
+	sha   string
+	token string
+}
+
+func (w *redisWorker) acquire(res string) (bool, int, error) {
+	r, err := w.c.do("SET", res, w.token, "NX", "PX", "30000")
+	switch {
+	case err != nil:
+		return false, 1, err
+	case r == "+OK":
+		return true, 1, nil
+	case r == "$nil":
+		return false, 1, nil
+	}
+	return false, 1, fmt.Errorf("redis SET NX: %q", r)
+}
+
+func (w *redisWorker) release(res string) (int, error) {
+	r, err := w.c.do("EVALSHA", w.sha, "1", res, w.token)
+	if err != nil {
+		return 1, err
+	}
+	if r != ":1" {
+		return 1, fmt.Errorf("redis release of %s: %q, want :1", res, r)
+	}
+	return 1, nil
+}
+
+func (w *redisWorker) close() { w.c.close() }
+
+// respConn is a minimal RESP2 client: commands out as arrays of bulk
+// strings, one simple reply in (status, error, integer, bulk string).
+type respConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
+}
+
+func dialRESP(addr string) (*respConn, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &respConn{conn: c, r: bufio.NewReader(c), w: bufio.NewWriter(c)}, nil
+}
+
+func (c *respConn) close() { c.conn.Close() }
+
+// do sends one command and returns its reply as "+STATUS", ":INT",
+// "$BULK", "$nil" for a null bulk string; an error reply is an error.
+func (c *respConn) do(args ...string) (string, error) {
+	c.w.WriteString("*" + strconv.Itoa(len(args)) + "\r\n")
+	for _, a := range args {
+		c.w.WriteString("$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n")
+	}
+	if err := c.w.Flush(); err != nil {
+		return "", err
+	}
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if len(line) < 3 {
+		return "", fmt.Errorf("redis: short reply %q", line)
+	}
+	line = line[:len(line)-2]
+	switch line[0] {
+	case '+', ':':
+		return line, nil
+	case '-':
+		return "", errors.New("redis: " + line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", fmt.Errorf("redis: bad bulk length %q", line)
+		}
+		if n < 0 {
+			return "$nil", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(c.r, buf); err != nil {
+			return "", err
+		}
+		return "$" + string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("redis: unexpected reply %q", line)
+}
+
+// etcdTarget is a single-node etcd with its data on disk (fsync on), driven
+// through its HTTP/JSON gateway.
+type etcdTarget struct {
+	d   *daemon
+	dir string
+	url string
+	hc  *http.Client
+}
+
+func openEtcdTarget(clients int) (benchTarget, error) {
+	cport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "leaseplane-bench-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	curl := "http://127.0.0.1:" + strconv.Itoa(cport)
+	purl := "http://127.0.0.1:" + strconv.Itoa(pport)
+	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute}
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	d, err := startDaemon("etcd", []string{"--name", "bench", "--data-dir", dir,
+		"--listen-client-urls", curl, "--advertise-client-urls", curl,
+		"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+		"--initial-cluster", "bench=" + purl, "--log-level", "error", "--logger", "zap"},
+		func() error {
+			resp, err := hc.Get(curl + "/health")
+			if err != nil {
+				return err
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !bytes.Contains(b, []byte(`"health":"true"`)) {
+				return fmt.Errorf("etcd /health: %s", b)
+			}
+			return nil
+		})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &etcdTarget{d: d, dir: dir, url: curl, hc: hc}, nil
+}
+
+func (t *etcdTarget) name() string { return "etcd" }
+
+func (t *etcdTarget) close() {
+	t.d.stop()
+	t.hc.CloseIdleConnections()
+	os.RemoveAll(t.dir)
+}
+
+// post sends one gateway request and decodes the answer into out.
+func (t *etcdTarget) post(path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	resp, err := t.hc.Post(t.url+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("etcd %s: HTTP %d %s", path, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, out)
+}
+
+// worker is one etcd client session: a lease of its own (as
+// concurrency.NewSession grants), under which it puts its lock keys.
+func (t *etcdTarget) worker(i int) (benchWorker, error) {
+	var g struct {
+		ID string `json:"ID"`
+	}
+	if err := t.post("/v3/lease/grant", map[string]any{"TTL": 600}, &g); err != nil {
+		return nil, err
+	}
+	if g.ID == "" {
+		return nil, errors.New("etcd lease grant: no ID")
+	}
+	id, err := strconv.ParseInt(g.ID, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("etcd lease grant: ID %q: %w", g.ID, err)
+	}
+	return &etcdWorker{t: t, lease: g.ID, suffix: "/" + strconv.FormatInt(id, 16)}, nil
+}
+
+type etcdWorker struct {
+	t      *etcdTarget
+	lease  string
+	suffix string
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// prefixEnd is the end of the range of keys under prefix p (p ends in '/').
+func prefixEnd(p string) string { return p[:len(p)-1] + string(rune(p[len(p)-1]+1)) }
+
+type etcdKV struct {
+	Key            string `json:"key"`
+	CreateRevision string `json:"create_revision"`
+}
+
+type etcdTxnResp struct {
+	Header struct {
+		Revision string `json:"revision"`
+	} `json:"header"`
+	Succeeded bool `json:"succeeded"`
+	Responses []struct {
+		ResponseRange *struct {
+			Kvs []etcdKV `json:"kvs"`
+		} `json:"response_range"`
+	} `json:"responses"`
+}
+
+// acquire is concurrency.Mutex's try: put my key if it is not there, and
+// read the prefix's first-created key; I own the lock when that is mine.
+// A try that does not own deletes its key, as TryLock does.
+func (w *etcdWorker) acquire(res string) (bool, int, error) {
+	pfx := "/lock/" + res + "/"
+	my := b64(pfx + w.suffix[1:])
+	owner := map[string]any{"request_range": map[string]any{
+		"key": b64(pfx), "range_end": b64(prefixEnd(pfx)),
+		"sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1"}}
+	txn := map[string]any{
+		"compare": []any{map[string]any{"target": "CREATE", "key": my, "create_revision": "0", "result": "EQUAL"}},
+		"success": []any{map[string]any{"request_put": map[string]any{"key": my, "value": "", "lease": w.lease}}, owner},
+		"failure": []any{map[string]any{"request_range": map[string]any{"key": my}}, owner},
+	}
+	var r etcdTxnResp
+	if err := w.t.post("/v3/kv/txn", txn, &r); err != nil {
+		return false, 1, err
+	}
+	myRev := r.Header.Revision
+	if !r.Succeeded {
+		if len(r.Responses) < 1 || r.Responses[0].ResponseRange == nil || len(r.Responses[0].ResponseRange.Kvs) == 0 {
+			return false, 1, errors.New("etcd txn: my key is gone")
+		}
+		myRev = r.Responses[0].ResponseRange.Kvs[0].CreateRevision
+	}
+	if len(r.Responses) < 2 || r.Responses[1].ResponseRange == nil {
+		return false, 1, errors.New("etcd txn: no owner range in the answer")
+	}
+	kvs := r.Responses[1].ResponseRange.Kvs
+	if len(kvs) == 0 || kvs[0].CreateRevision == myRev {
+		return true, 1, nil
+	}
+	if err := w.del(res); err != nil {
+		return false, 2, err
+	}
+	return false, 2, nil
+}
+
+func (w *etcdWorker) del(res string) error {
+	var out map[string]any
+	return w.t.post("/v3/kv/deleterange", map[string]any{"key": b64("/lock/" + res + w.suffix)}, &out)
+}
+
+func (w *etcdWorker) release(res string) (int, error) { return 1, w.del(res) }
+
+func (w *etcdWorker) close() {}
