@@ -69,8 +69,11 @@ check-generated: generate
 	@git diff --exit-code --stat -- web/corpus 'web/*_templ.go' || { echo "check-generated: generated files are stale: run make generate and commit them"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- web/corpus 'web/*_templ.go')" || { git status --short -- web/corpus 'web/*_templ.go'; echo "check-generated: new generated files are not committed: run make generate and commit them"; exit 1; }
 
-bench:
+bench: wasm
 	$(GO) test -run '^$$' -bench . -benchmem ./kernel
+# Server load: both engines, Redis and etcd baselines (docs/BENCHMARKS.md "Server load").
+	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
+	$(GO) run ./cmd/leaseplane bench --clients 64 --duration 5s --redis --etcd
 
 clean:
 	rm -rf bin web/static/leaseplane.wasm web/static/wasm_exec.js web/static/leaseplane.wasm.gz web/static/leaseplane.wasm.br wasm/wazero/run-make-wasm
