@@ -360,6 +360,7 @@ func TestErrorResults(t *testing.T) {
 		{"leaseId on release", wsKey, ToolRelease, map[string]any{"resource": resource, "actorDid": didA, "leaseId": "x"}, `unknown argument "leaseId"`, false},
 		{"mode on acquire", wsKey, ToolAcquire, map[string]any{"resource": resource, "actorDid": didA, "mode": "read"}, `unknown argument "mode"`, false},
 		{"argument to wait", wsKey, ToolWait, map[string]any{"resource": resource}, "coordination.wait takes no arguments", false},
+		{"arguments not an object", wsKey, ToolAcquire, []any{resource, didA}, "arguments must be a JSON object", false},
 		{"kernel refuses the DID", wsKey, ToolAcquire, map[string]any{"resource": resource, "actorDid": "agent-a"}, "invalid_request: actorDid", true},
 		{"empty resource", wsKey, ToolAcquire, map[string]any{"resource": "", "actorDid": didA}, "invalid_request: resource", true},
 		{"unknown key", badKey, ToolWait, nil, "unauthorized", true},
@@ -554,5 +555,18 @@ func TestLineBuf(t *testing.T) {
 	l.feed([]byte(strings.Repeat("x", maxTrackedLine)+"\ng\n"), f)
 	if want := []string{"abc", "d", "", "g"}; !slices.Equal(lines, want) {
 		t.Errorf("lines %q, want %q", lines, want)
+	}
+}
+
+// TestArgumentsReachTheKernelIntact checks that names with characters JSON
+// encoders like to escape arrive unchanged.
+func TestArgumentsReachTheKernelIntact(t *testing.T) {
+	p := newPlane(t)
+	cs := connectStdio(t, p, wsKey)
+	schemas := listTools(t, cs)
+	name := "file:<a&b>/\u2028\"quoted\"/ünï/\u2028"
+	_, v := call(t, cs, schemas, ToolAcquire, map[string]any{"resource": name, "actorDid": didA})
+	if got := v["lease"].(map[string]any)["resource"]; got != name {
+		t.Errorf("resource %q, want %q", got, name)
 	}
 }
