@@ -24,6 +24,8 @@
 //	lp_snapshot() u64                            the snapshot JSON
 //	lp_trust() u64                               the trust JSON object
 //	lp_version() u64                             kernel.Version
+//	lp_reset()                                   drop the machine (the host
+//	                                             pools the instance)
 //
 // Memory. All memory belongs to the guest; the host never allocates or
 // frees guest memory. To pass bytes in, the host calls lp_buffer(size),
@@ -207,4 +209,9 @@ func trust() uint64 {
 func version() uint64 {
 	out = []byte(kernel.Version)
 	return region(out)
+}
+
+//go:wasmexport lp_reset
+func reset() {
+	machine, out, last = nil, nil, kernel.Result{}
 }

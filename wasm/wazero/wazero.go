@@ -37,6 +37,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
@@ -59,15 +60,24 @@ type Options struct {
 	// CacheDir keeps compiled code between processes; empty means an
 	// in-memory cache for this Factory only.
 	CacheDir string
+	// MaxIdle is how many closed engines' instances are kept for reuse;
+	// 0 means 2 × GOMAXPROCS, negative means none.
+	MaxIdle int
 }
 
-// Factory makes wasm engines: kernel.Factory with Name "wasm". New and
-// Restore are safe for concurrent use; each Engine is not.
+// Factory makes wasm engines: kernel.Factory with Name "wasm". New,
+// Restore and Close are safe for concurrent use; each Engine is used by
+// one goroutine at a time (its lock enforces it).
 type Factory struct {
 	rt       wazero.Runtime
 	cache    wazero.CompilationCache
 	compiled wazero.CompiledModule
 	config   wazero.ModuleConfig
+
+	mu      sync.Mutex
+	idle    []*instance
+	maxIdle int
+	closed  bool
 }
 
 var _ kernel.Factory = (*Factory)(nil)
@@ -84,8 +94,12 @@ func NewFactory(ctx context.Context, opts Options) (*Factory, error) {
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
+	maxIdle := opts.MaxIdle
+	if maxIdle == 0 {
+		maxIdle = 2 * runtime.GOMAXPROCS(0)
+	}
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
-	f := &Factory{rt: rt, cache: cache}
+	f := &Factory{rt: rt, cache: cache, maxIdle: max(maxIdle, 0)}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		f.Close(ctx)
 		return nil, fmt.Errorf("wasm engine: WASI: %w", err)
@@ -98,35 +112,40 @@ func NewFactory(ctx context.Context, opts Options) (*Factory, error) {
 	f.compiled = compiled
 	// The name is empty so that many instances can live in one runtime.
 	f.config = wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize")
-	e, err := f.instantiate(ctx)
+	in, err := f.instantiate(ctx)
 	if err != nil {
 		f.Close(ctx)
 		return nil, err
 	}
-	defer e.Close()
-	v, err := e.call1(e.fABI, 0)
+	v, err := in.call1(in.fABI, 0)
 	if err != nil || v != abiVersion {
+		in.mod.Close(ctx)
 		f.Close(ctx)
 		return nil, fmt.Errorf("wasm engine: the embedded kernel speaks ABI %d, this host %d (err %v): run make wasm", v, abiVersion, err)
 	}
+	f.put(in)
 	return f, nil
 }
 
 // Name is "wasm".
 func (f *Factory) Name() string { return "wasm" }
 
-// New starts an empty machine with rules in a new instance.
+// New starts an empty machine with rules in an instance of its own.
 func (f *Factory) New(rules []byte) (kernel.Engine, error) {
 	return f.start(rules, false)
 }
 
-// Restore starts a machine from a snapshot in a new instance.
+// Restore starts a machine from a snapshot in an instance of its own.
 func (f *Factory) Restore(snapshot []byte) (kernel.Engine, error) {
 	return f.start(snapshot, true)
 }
 
 // Close frees the runtime, every instance it made and the in-memory cache.
+// Engines still open fail from then on.
 func (f *Factory) Close(ctx context.Context) error {
+	f.mu.Lock()
+	f.closed, f.idle = true, nil
+	f.mu.Unlock()
 	err := f.rt.Close(ctx)
 	if cerr := f.cache.Close(ctx); err == nil {
 		err = cerr
@@ -134,129 +153,178 @@ func (f *Factory) Close(ctx context.Context) error {
 	return err
 }
 
-func (f *Factory) start(in []byte, restore bool) (kernel.Engine, error) {
-	e, err := f.instantiate(context.Background())
+// get takes an idle instance or starts a new one.
+func (f *Factory) get() (*instance, error) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, errors.New("wasm engine: the factory is closed")
+	}
+	if n := len(f.idle); n > 0 {
+		in := f.idle[n-1]
+		f.idle = f.idle[:n-1]
+		f.mu.Unlock()
+		return in, nil
+	}
+	f.mu.Unlock()
+	return f.instantiate(context.Background())
+}
+
+// put keeps a healthy instance for reuse, or frees it.
+func (f *Factory) put(in *instance) {
+	if in.broken == nil {
+		if _, err := in.call0(in.fReset); err == nil {
+			f.mu.Lock()
+			if !f.closed && len(f.idle) < f.maxIdle {
+				f.idle = append(f.idle, in)
+				f.mu.Unlock()
+				return
+			}
+			f.mu.Unlock()
+		}
+	}
+	in.mod.Close(in.ctx)
+}
+
+func (f *Factory) start(b []byte, restore bool) (kernel.Engine, error) {
+	in, err := f.get()
 	if err != nil {
 		return nil, err
 	}
-	fn := e.fNew
+	fn := in.fNew
 	if restore {
-		fn = e.fRestore
+		fn = in.fRestore
 	}
-	if err := e.write(in); err != nil {
-		e.Close()
+	if err := in.write(b); err != nil {
+		f.put(in)
 		return nil, err
 	}
-	r, err := e.call1(fn, uint64(len(in)))
+	r, err := in.call1(fn, uint64(len(b)))
 	if err != nil {
-		e.Close()
+		f.put(in)
 		return nil, err
 	}
 	if r&errFlag != 0 {
-		msg, _ := e.read(r)
-		e.Close()
+		msg, err := in.read(r)
+		f.put(in)
+		if err != nil {
+			return nil, err
+		}
 		return nil, errors.New(string(msg))
 	}
-	return e, nil
+	return &Engine{f: f, in: in}, nil
 }
 
 const errFlag = 1 << 63
 
-// Engine is one kernel Machine in its own module instance.
-type Engine struct {
-	mu     sync.Mutex
+// instance is one module instance and the host's view of its ABI.
+type instance struct {
 	ctx    context.Context
 	mod    api.Module
 	mem    api.Memory
 	broken error
 
-	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust api.Function
+	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust, fReset api.Function
 
 	inPtr, inCap uint32
 	stack        [3]uint64
 }
 
-var _ kernel.Engine = (*Engine)(nil)
-
-func (f *Factory) instantiate(ctx context.Context) (*Engine, error) {
+func (f *Factory) instantiate(ctx context.Context) (*instance, error) {
 	mod, err := f.rt.InstantiateModule(ctx, f.compiled, f.config)
 	if err != nil {
 		return nil, fmt.Errorf("wasm engine: starting an instance: %w", err)
 	}
-	e := &Engine{ctx: context.Background(), mod: mod, mem: mod.Memory()}
+	in := &instance{ctx: context.Background(), mod: mod, mem: mod.Memory()}
 	for _, x := range []struct {
 		fn   *api.Function
 		name string
 	}{
-		{&e.fABI, "lp_abi_version"}, {&e.fBuffer, "lp_buffer"}, {&e.fNew, "lp_new"},
-		{&e.fRestore, "lp_restore"}, {&e.fStep, "lp_step"}, {&e.fApply, "lp_apply"},
-		{&e.fAlarm, "lp_next_alarm"}, {&e.fSnapshot, "lp_snapshot"}, {&e.fTrust, "lp_trust"},
+		{&in.fABI, "lp_abi_version"}, {&in.fBuffer, "lp_buffer"}, {&in.fNew, "lp_new"},
+		{&in.fRestore, "lp_restore"}, {&in.fStep, "lp_step"}, {&in.fApply, "lp_apply"},
+		{&in.fAlarm, "lp_next_alarm"}, {&in.fSnapshot, "lp_snapshot"}, {&in.fTrust, "lp_trust"},
+		{&in.fReset, "lp_reset"},
 	} {
 		if *x.fn = mod.ExportedFunction(x.name); *x.fn == nil {
 			mod.Close(ctx)
 			return nil, fmt.Errorf("wasm engine: the embedded kernel lacks export %s: run make wasm", x.name)
 		}
 	}
-	if e.mem == nil {
+	if in.mem == nil {
 		mod.Close(ctx)
 		return nil, errors.New("wasm engine: the embedded kernel exports no memory")
 	}
-	return e, nil
+	return in, nil
 }
 
-// call1 calls fn with up to three parameters already in e.stack[1:] (p0
-// given) and returns its one result. A trap breaks the engine.
-func (e *Engine) call1(fn api.Function, p0 uint64) (uint64, error) {
-	if e.broken != nil {
-		return 0, e.broken
+// call1 calls fn with its first parameter p0 (further ones already in
+// in.stack[1:]) and returns its one result. A trap breaks the instance.
+func (in *instance) call1(fn api.Function, p0 uint64) (uint64, error) {
+	if in.broken != nil {
+		return 0, in.broken
 	}
-	e.stack[0] = p0
-	if err := fn.CallWithStack(e.ctx, e.stack[:]); err != nil {
-		e.broken = fmt.Errorf("wasm engine: %s trapped; the instance is unusable: %w", fn.Definition().Name(), err)
-		e.mod.Close(e.ctx)
-		return 0, e.broken
+	in.stack[0] = p0
+	if err := fn.CallWithStack(in.ctx, in.stack[:]); err != nil {
+		in.broken = fmt.Errorf("wasm engine: %s trapped; the instance is unusable: %w", fn.Definition().Name(), err)
+		in.mod.Close(in.ctx)
+		return 0, in.broken
 	}
-	return e.stack[0], nil
+	return in.stack[0], nil
+}
+
+func (in *instance) call0(fn api.Function) (uint64, error) { return in.call1(fn, 0) }
+
+// reserve makes the input buffer hold at least n bytes.
+func (in *instance) reserve(n int) error {
+	if uint32(n) <= in.inCap && in.inCap != 0 {
+		return nil
+	}
+	ptr, err := in.call1(in.fBuffer, uint64(n))
+	if err != nil {
+		return err
+	}
+	in.inPtr, in.inCap = uint32(ptr), uint32(max(n, 1))
+	return nil
 }
 
 // write puts b at the start of the guest's input buffer.
-func (e *Engine) write(b []byte) error {
-	if err := e.reserve(len(b)); err != nil {
+func (in *instance) write(b []byte) error {
+	if err := in.reserve(len(b)); err != nil {
 		return err
 	}
-	if !e.mem.Write(e.inPtr, b) {
-		return e.fault("input buffer out of range")
+	if !in.mem.Write(in.inPtr, b) {
+		return in.fault("input buffer out of range")
 	}
 	return nil
 }
 
 // view returns the region r names, aliasing guest memory until the next call.
-func (e *Engine) view(r uint64) ([]byte, bool) {
+func (in *instance) view(r uint64) ([]byte, bool) {
 	ptr, n := uint32(r>>32)&0x7fffffff, uint32(r)
 	if n == 0 {
 		return nil, true
 	}
-	return e.mem.Read(ptr, n)
+	return in.mem.Read(ptr, n)
 }
 
 // read copies the region r names.
-func (e *Engine) read(r uint64) ([]byte, error) {
-	v, ok := e.view(r)
+func (in *instance) read(r uint64) ([]byte, error) {
+	v, ok := in.view(r)
 	if !ok {
-		return nil, e.fault("result region out of range")
+		return nil, in.fault("result region out of range")
 	}
 	return append([]byte(nil), v...), nil
 }
 
-func (e *Engine) fault(what string) error {
-	e.broken = fmt.Errorf("wasm engine: %s; the instance is unusable", what)
-	e.mod.Close(e.ctx)
-	return e.broken
+func (in *instance) fault(what string) error {
+	in.broken = fmt.Errorf("wasm engine: %s; the instance is unusable", what)
+	in.mod.Close(in.ctx)
+	return in.broken
 }
 
 // output turns a region result into bytes or the guest's error.
-func (e *Engine) output(r uint64) ([]byte, error) {
-	b, err := e.read(r)
+func (in *instance) output(r uint64) ([]byte, error) {
+	b, err := in.read(r)
 	if err != nil {
 		return nil, err
 	}
@@ -267,14 +335,14 @@ func (e *Engine) output(r uint64) ([]byte, error) {
 }
 
 // result decodes a 28-byte result record.
-func (e *Engine) result(r uint64) (kernel.Result, error) {
+func (in *instance) result(r uint64) (kernel.Result, error) {
 	if r&errFlag != 0 {
-		_, err := e.output(r)
+		_, err := in.output(r)
 		return kernel.Result{}, err
 	}
-	rec, ok := e.view(r)
+	rec, ok := in.view(r)
 	if !ok || len(rec) != 28 {
-		return kernel.Result{}, e.fault("malformed result record")
+		return kernel.Result{}, in.fault("malformed result record")
 	}
 	res := kernel.Result{
 		Status:        int(binary.LittleEndian.Uint32(rec[0:])),
@@ -283,10 +351,10 @@ func (e *Engine) result(r uint64) (kernel.Result, error) {
 	}
 	aPtr, aLen := binary.LittleEndian.Uint32(rec[12:]), binary.LittleEndian.Uint32(rec[16:])
 	ePtr, eLen := binary.LittleEndian.Uint32(rec[20:]), binary.LittleEndian.Uint32(rec[24:])
-	a, ok1 := e.mem.Read(aPtr, aLen)
-	ev, ok2 := e.mem.Read(ePtr, eLen)
+	a, ok1 := in.mem.Read(aPtr, aLen)
+	ev, ok2 := in.mem.Read(ePtr, eLen)
 	if !ok1 || !ok2 {
-		return kernel.Result{}, e.fault("result bytes out of range")
+		return kernel.Result{}, in.fault("result bytes out of range")
 	}
 	buf := make([]byte, len(a)+len(ev))
 	copy(buf, a)
@@ -296,62 +364,79 @@ func (e *Engine) result(r uint64) (kernel.Result, error) {
 	return res, nil
 }
 
-// Apply decodes a REST body for op and applies it at nowMs.
-func (e *Engine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Result, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := len(op) + len(body)
-	if err := e.reserve(n); err != nil {
-		return kernel.Result{}, err
-	}
-	if !e.mem.WriteString(e.inPtr, string(op)) || !e.mem.Write(e.inPtr+uint32(len(op)), body) {
-		return kernel.Result{}, e.fault("input buffer out of range")
-	}
-	e.stack[1] = uint64(nowMs)
-	e.stack[2] = uint64(len(body))
-	r, err := e.call1(e.fApply, uint64(len(op)))
-	if err != nil {
-		return kernel.Result{}, err
-	}
-	return e.result(r)
+// Engine is one kernel Machine in a module instance that no other Engine
+// uses while this one is open.
+type Engine struct {
+	mu sync.Mutex
+	f  *Factory
+	in *instance // nil once closed
 }
 
-// reserve makes the input buffer hold at least n bytes.
-func (e *Engine) reserve(n int) error {
-	if uint32(n) <= e.inCap && e.inCap != 0 {
-		return nil
+var _ kernel.Engine = (*Engine)(nil)
+
+var errClosed = errors.New("wasm engine: the engine is closed")
+
+// lock returns the instance, held until e.mu is unlocked.
+func (e *Engine) lock() (*instance, error) {
+	e.mu.Lock()
+	if e.in == nil {
+		e.mu.Unlock()
+		return nil, errClosed
 	}
-	ptr, err := e.call1(e.fBuffer, uint64(n))
+	return e.in, nil
+}
+
+// Apply decodes a REST body for op and applies it at nowMs.
+func (e *Engine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Result, error) {
+	in, err := e.lock()
 	if err != nil {
-		return err
+		return kernel.Result{}, err
 	}
-	e.inPtr, e.inCap = uint32(ptr), uint32(max(n, 1))
-	return nil
+	defer e.mu.Unlock()
+	if err := in.reserve(len(op) + len(body)); err != nil {
+		return kernel.Result{}, err
+	}
+	if !in.mem.WriteString(in.inPtr, string(op)) || !in.mem.Write(in.inPtr+uint32(len(op)), body) {
+		return kernel.Result{}, in.fault("input buffer out of range")
+	}
+	in.stack[1] = uint64(nowMs)
+	in.stack[2] = uint64(len(body))
+	r, err := in.call1(in.fApply, uint64(len(op)))
+	if err != nil {
+		return kernel.Result{}, err
+	}
+	return in.result(r)
 }
 
 // Step applies one scenario step.
 func (e *Engine) Step(step []byte) (kernel.Result, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.write(step); err != nil {
-		return kernel.Result{}, err
-	}
-	r, err := e.call1(e.fStep, uint64(len(step)))
+	in, err := e.lock()
 	if err != nil {
 		return kernel.Result{}, err
 	}
-	return e.result(r)
+	defer e.mu.Unlock()
+	if err := in.write(step); err != nil {
+		return kernel.Result{}, err
+	}
+	r, err := in.call1(in.fStep, uint64(len(step)))
+	if err != nil {
+		return kernel.Result{}, err
+	}
+	return in.result(r)
 }
 
 // NextAlarm is the time the host should send a tick, if any.
 func (e *Engine) NextAlarm() (int64, bool, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	r, err := e.call1(e.fAlarm, 0)
+	in, err := e.lock()
 	if err != nil {
 		return 0, false, err
 	}
-	b, err := e.output(r)
+	defer e.mu.Unlock()
+	r, err := in.call0(in.fAlarm)
+	if err != nil {
+		return 0, false, err
+	}
+	b, err := in.output(r)
 	if err != nil {
 		return 0, false, err
 	}
@@ -361,31 +446,41 @@ func (e *Engine) NextAlarm() (int64, bool, error) {
 	case 8:
 		return int64(binary.LittleEndian.Uint64(b)), true, nil
 	}
-	return 0, false, e.fault("malformed alarm")
+	return 0, false, in.fault("malformed alarm")
 }
 
 // Snapshot is the state as canonical JSON.
-func (e *Engine) Snapshot() ([]byte, error) { return e.bytes(e.fSnapshot) }
+func (e *Engine) Snapshot() ([]byte, error) {
+	return e.bytes(func(in *instance) api.Function { return in.fSnapshot })
+}
 
 // Trust is the trust scores as a JSON object keyed by actorDid.
-func (e *Engine) Trust() ([]byte, error) { return e.bytes(e.fTrust) }
+func (e *Engine) Trust() ([]byte, error) {
+	return e.bytes(func(in *instance) api.Function { return in.fTrust })
+}
 
-func (e *Engine) bytes(fn api.Function) ([]byte, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	r, err := e.call1(fn, 0)
+func (e *Engine) bytes(fn func(*instance) api.Function) ([]byte, error) {
+	in, err := e.lock()
 	if err != nil {
 		return nil, err
 	}
-	return e.output(r)
+	defer e.mu.Unlock()
+	r, err := in.call0(fn(in))
+	if err != nil {
+		return nil, err
+	}
+	return in.output(r)
 }
 
-// Close frees the instance; later calls return an error.
+// Close gives the instance back to the factory (its machine dropped) for
+// a later engine, or frees it; later calls return an error.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.broken == nil {
-		e.broken = errors.New("wasm engine: closed")
+	if e.in == nil {
+		return nil
 	}
-	return e.mod.Close(e.ctx)
+	e.f.put(e.in)
+	e.in = nil
+	return nil
 }
