@@ -73,7 +73,8 @@ loopback HTTP) once per engine, and drives it with N concurrent clients, each
 its own agent, doing acquire+release pairs:
   spread     each client on its own resources: every acquire is granted;
   contended  all clients on 4 resources: a refused acquire counts as a try
-             (a request, no pair) and the client tries again at once.
+             (a request, no pair) and the client tries the same resource
+             again at once; after a pair it moves to the next resource.
 One pair is one acquire and one release: two HTTP requests. Prints pairs/s
 (granted pairs), requests/s, and p50/p99 of single requests.
 
@@ -81,9 +82,9 @@ One pair is one acquire and one release: two HTTP requests. Prints pairs/s
 same workloads as SET key token NX PX 30000 plus a Lua compare-and-delete.
 --etcd starts a single-node etcd and runs them as etcd's Mutex does (a txn
 that puts the client's key under the lock's prefix with its session lease
-and reads the prefix's owner; unlock deletes the key; a contended try that
-is not the owner deletes its key, as TryLock does), through etcd's
-HTTP/JSON gateway.`
+and reads the prefix's owner; unlock deletes the key; a client that is not
+the owner keeps its key, so it queues as Mutex.Lock does, and polls the
+owner instead of watching), through etcd's HTTP/JSON gateway.`
 
 func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -268,7 +269,9 @@ func drive(ws []benchWorker, workload string, dur time.Duration) benchResult {
 					p.firstErr = err
 				}
 			}
-			for n := 0; !stop.Load(); n++ {
+			// n moves on after a granted pair only: a refused client tries
+			// the same resource again.
+			for n := 0; !stop.Load(); {
 				res := benchResource(workload, i, n)
 				t0 := time.Now()
 				granted, k, err := w.acquire(res)
@@ -294,6 +297,7 @@ func drive(ws []benchWorker, workload string, dur time.Duration) benchResult {
 					continue
 				}
 				p.pairs++
+				n++
 			}
 		}()
 	}

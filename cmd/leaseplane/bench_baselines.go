@@ -263,13 +263,15 @@ func (t *etcdTarget) worker(i int) (benchWorker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd lease grant: ID %q: %w", g.ID, err)
 	}
-	return &etcdWorker{t: t, lease: g.ID, suffix: "/" + strconv.FormatInt(id, 16)}, nil
+	return &etcdWorker{t: t, lease: g.ID, suffix: "/" + strconv.FormatInt(id, 16), queued: map[string]string{}}, nil
 }
 
 type etcdWorker struct {
 	t      *etcdTarget
 	lease  string
 	suffix string
+	// queued maps a resource to my key's create revision while I wait.
+	queued map[string]string
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -294,15 +296,31 @@ type etcdTxnResp struct {
 	} `json:"responses"`
 }
 
-// acquire is concurrency.Mutex's try: put my key if it is not there, and
+// acquire is concurrency.Mutex.Lock: put my key if it is not there, and
 // read the prefix's first-created key; I own the lock when that is mine.
-// A try that does not own deletes its key, as TryLock does.
+// A client that does not own keeps its key (its place in the queue) and,
+// on its next try, only reads the owner again: Lock waits for the earlier
+// keys' deletion through a watch; the bench polls instead.
 func (w *etcdWorker) acquire(res string) (bool, int, error) {
 	pfx := "/lock/" + res + "/"
 	my := b64(pfx + w.suffix[1:])
-	owner := map[string]any{"request_range": map[string]any{
+	ownerRange := map[string]any{
 		"key": b64(pfx), "range_end": b64(prefixEnd(pfx)),
-		"sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1"}}
+		"sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1"}
+	if rev, ok := w.queued[res]; ok {
+		var r struct {
+			Kvs []etcdKV `json:"kvs"`
+		}
+		if err := w.t.post("/v3/kv/range", ownerRange, &r); err != nil {
+			return false, 1, err
+		}
+		if len(r.Kvs) > 0 && r.Kvs[0].CreateRevision == rev {
+			delete(w.queued, res)
+			return true, 1, nil
+		}
+		return false, 1, nil
+	}
+	owner := map[string]any{"request_range": ownerRange}
 	txn := map[string]any{
 		"compare": []any{map[string]any{"target": "CREATE", "key": my, "create_revision": "0", "result": "EQUAL"}},
 		"success": []any{map[string]any{"request_put": map[string]any{"key": my, "value": "", "lease": w.lease}}, owner},
@@ -326,10 +344,8 @@ func (w *etcdWorker) acquire(res string) (bool, int, error) {
 	if len(kvs) == 0 || kvs[0].CreateRevision == myRev {
 		return true, 1, nil
 	}
-	if err := w.del(res); err != nil {
-		return false, 2, err
-	}
-	return false, 2, nil
+	w.queued[res] = myRev
+	return false, 1, nil
 }
 
 func (w *etcdWorker) del(res string) error {
