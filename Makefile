@@ -46,9 +46,13 @@ test-fuzz:
 check-imports:
 	$(GO) test -count=1 -run 'TestDependencyRules|TestOnlyCmdReadsEnvironment' .
 
-parity:
+# parity: corpus + >= 10,000 random scenarios through native, wazero and Node.
+# A new seed each run (printed); LEASEPLANE_PARITY_SEED=N reproduces a run.
+parity: wasm
+	$(GO) test -count=1 -v -run '^TestParity$$' ./wasm/parity
 
-test-node:
+test-node: wasm
+	node --test wasm/js/leaseplane.test.js
 	test -d node_modules/@modelcontextprotocol/sdk || npm ci
 	node --test server/mcp/mcp.test.mjs
 
