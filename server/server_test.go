@@ -185,7 +185,7 @@ func TestBadRequests(t *testing.T) {
 		{"trailing garbage", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a"} x`, 400, "invalid_request", ""},
 		{"resource number", "POST", RouteLease, "", `{"resource":5,"actorDid":"did:example:a"}`, 400, "invalid_request", "resource must be a string"},
 		{"unknown field", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","colour":"red"}`, 400, "invalid_request", "unknown field"},
-		{"duplicate field", "POST", RouteLease, "", `{"resource":"r","resource":"s","actorDid":"did:example:a"}`, 400, "invalid_request", "duplicate field resource"},
+		{"duplicate field", "POST", RouteLease, "", `{"resource":"r","resource":"s","actorDid":"did:example:a"}`, 400, "invalid_request", "duplicate field"},
 		{"bad did", "POST", RouteLease, "", `{"resource":"r","actorDid":"agent-7"}`, 400, "invalid_request", "actorDid"},
 		{"bad mode", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","mode":"own"}`, 400, "invalid_request", "mode"},
 		{"ttl string", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","ttlMs":"5"}`, 400, "invalid_request", "ttlMs"},
