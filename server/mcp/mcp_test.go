@@ -570,3 +570,26 @@ func TestArgumentsReachTheKernelIntact(t *testing.T) {
 		t.Errorf("resource %q, want %q", got, name)
 	}
 }
+
+// TestHTTPBehindAProxy checks that a request reaching the loopback
+// listener with a public Host (a reverse proxy on the same machine) is
+// served like any other.
+func TestHTTPBehindAProxy(t *testing.T) {
+	srv := httptest.NewServer(Handler(newPlane(t), Options{}))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"coordination.wait","arguments":{}}}`))
+	req.Host = "plane.example.com"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	req.Header.Set("Authorization", "Bearer "+wsKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `\"queues\":[]`) {
+		t.Errorf("via a proxy: %d %s, want 200 with the queues", resp.StatusCode, body)
+	}
+}
