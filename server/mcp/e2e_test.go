@@ -62,20 +62,29 @@ func startRealPlane(t testing.TB) realPlane {
 
 var (
 	binOnce sync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
+
+// TestMain removes the binary leaseplaneBinary built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // leaseplaneBinary builds cmd/leaseplane once per test run.
 func leaseplaneBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leaseplane-mcp-test")
-		if err != nil {
-			binErr = err
+		binDir, binErr = os.MkdirTemp("", "leaseplane-mcp-test")
+		if binErr != nil {
 			return
 		}
-		binPath = filepath.Join(dir, "leaseplane")
+		binPath = filepath.Join(binDir, "leaseplane")
 		out, err := exec.Command("go", "build", "-o", binPath, "github.com/leaseplane/leaseplane/cmd/leaseplane").CombinedOutput()
 		if err != nil {
 			binErr = err
