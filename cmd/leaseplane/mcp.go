@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -71,6 +72,10 @@ func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
+		return 2
+	}
+	if u, err := neturl.Parse(url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fmt.Fprintf(stderr, "leaseplane mcp: plane URL %q: want http://HOST:PORT or https://HOST (set LEASEPLANE_URL or --url)\n", url)
 		return 2
 	}
 	key := os.Getenv("LEASEPLANE_KEY")

@@ -70,6 +70,18 @@ func TestServeMountsMCP(t *testing.T) {
 	}
 }
 
+func TestMCPBadURL(t *testing.T) {
+	for _, u := range []string{"127.0.0.1:8080", "ftp://plane", "http://", "://x"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"mcp", "--url", u}, strings.NewReader(""), &stdout, &stderr); code != 2 {
+			t.Errorf("mcp --url %q: exit %d, want 2", u, code)
+		}
+		if !strings.Contains(stderr.String(), "want http://HOST:PORT") {
+			t.Errorf("mcp --url %q: stderr %q, want a message naming the URL form", u, stderr.String())
+		}
+	}
+}
+
 func TestMCPUsage(t *testing.T) {
 	for _, args := range [][]string{{"extra"}, {"--no-such-flag"}} {
 		var stdout, stderr bytes.Buffer
