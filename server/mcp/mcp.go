@@ -324,7 +324,7 @@ type answerFields struct {
 // result turns a REST status and answer into a tool result.
 func result(status int, answer []byte, authHint string) *sdk.CallToolResult {
 	var f answerFields
-	if err := json.Unmarshal(answer, &f); err != nil || !json.Valid(answer) {
+	if err := json.Unmarshal(answer, &f); err != nil {
 		return errorResult(fmt.Sprintf("the lease plane answered HTTP %d with a body that is not JSON: %.200q", status, answer))
 	}
 	res := &sdk.CallToolResult{

@@ -593,3 +593,40 @@ func TestHTTPBehindAProxy(t *testing.T) {
 		t.Errorf("via a proxy: %d %s, want 200 with the queues", resp.StatusCode, body)
 	}
 }
+
+// oddPlane answers with a fixed status and body.
+type oddPlane struct {
+	status int
+	body   string
+}
+
+func (o oddPlane) Call(context.Context, string, kernel.Op, []byte) (int, []byte, error) {
+	return o.status, []byte(o.body), nil
+}
+
+// TestOddAnswers covers answers the plane should never give: they become
+// error results that say what came back, never a crash.
+func TestOddAnswers(t *testing.T) {
+	for _, c := range []struct {
+		plane    oddPlane
+		contains string
+	}{
+		{oddPlane{502, "<html>bad gateway</html>"}, "HTTP 502 with a body that is not JSON"},
+		{oddPlane{200, "[1,2]"}, "HTTP 200 with a body that is not JSON"},
+		{oddPlane{503, `{"ok":false,"reason":"unavailable","error":"commit failed"}`}, "unavailable: commit failed"},
+		{oddPlane{500, `{"ok":false}`}, "HTTP 500"},
+	} {
+		toServerR, toServerW := io.Pipe()
+		toClientR, toClientW := io.Pipe()
+		go ServeStdio(context.Background(), c.plane, "", toServerR, toClientW, Options{})
+		cs := connect(t, &sdk.IOTransport{Reader: toClientR, Writer: toServerW})
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolWait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || !strings.Contains(text(res), c.contains) {
+			t.Errorf("%d %s: isError=%v %q, want an error containing %q", c.plane.status, c.plane.body, res.IsError, text(res), c.contains)
+		}
+		toServerW.Close()
+	}
+}
