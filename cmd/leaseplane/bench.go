@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -53,7 +54,20 @@ type benchResult struct {
 	errors           int64
 	firstErr         error
 	lat              []time.Duration // per request
+	commits          commitStats     // the plane's commits during the run
 }
+
+// commitStats are the plane's group-commit counters, from /metrics.
+type commitStats struct {
+	commits, commands, seconds float64
+}
+
+func (a commitStats) minus(b commitStats) commitStats {
+	return commitStats{a.commits - b.commits, a.commands - b.commands, a.seconds - b.seconds}
+}
+
+// commitStatser is a target that can tell its commit counters.
+type commitStatser interface{ commitStats() commitStats }
 
 func (r benchResult) pairsPerSec() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
 func (r benchResult) reqPerSec() float64   { return float64(r.requests) / r.elapsed.Seconds() }
@@ -95,6 +109,7 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	redis := fs.Bool("redis", false, "also measure Redis SET NX PX + Lua release (needs redis-server)")
 	etcd := fs.Bool("etcd", false, "also measure a single-node etcd Mutex (needs etcd)")
 	workloads := fs.String("workloads", "spread,contended", "comma-separated workloads: spread, contended")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, benchHelp)
 		fmt.Fprintln(stderr, "\nflags:")
@@ -137,6 +152,20 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return exitUsage
 			}
 		}
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "leaseplane bench: --cpuprofile: %v\n", err)
+			return exitUsage
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "leaseplane bench: --cpuprofile: %v\n", err)
+			return exitUsage
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	type mk struct {
@@ -185,6 +214,10 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "%-20s %-10s %10.0f %12.0f %8.1f%% %9s %9s %7d\n", t.label, w,
 				r.pairsPerSec(), r.reqPerSec(), refusedPct, fmtDur(r.pct(0.50)), fmtDur(r.pct(0.99)), r.errors)
+			if c := r.commits; c.commits > 0 {
+				fmt.Fprintf(stdout, "%-20s %-10s %.0f commits/s, %.1f commands per commit, %.2f ms per commit\n", "", "",
+					c.commits/r.elapsed.Seconds(), c.commands/c.commits, 1000*c.seconds/c.commits)
+			}
 			if r.firstErr != nil {
 				fmt.Fprintf(stdout, "%-20s %-10s first error: %v\n", "", "", r.firstErr)
 				status = exitRefused
@@ -239,7 +272,15 @@ func benchRun(t benchTarget, workload string, clients int, dur time.Duration) (b
 		}
 	}()
 	drive(ws, workload, 500*time.Millisecond)
+	st, hasStats := t.(commitStatser)
+	var before commitStats
+	if hasStats {
+		before = st.commitStats()
+	}
 	r := drive(ws, workload, dur)
+	if hasStats {
+		r.commits = st.commitStats().minus(before)
+	}
 	r.target, r.workload, r.clients = t.name(), workload, clients
 	if r.pairs == 0 && r.firstErr != nil {
 		return r, r.firstErr
@@ -367,6 +408,40 @@ func (t *planeTarget) close() {
 	t.srv.Shutdown(ctx)
 	t.hc.CloseIdleConnections()
 	os.RemoveAll(t.dir)
+}
+
+// commitStats reads the commit counters from the server's /metrics; zero
+// when they cannot be read.
+func (t *planeTarget) commitStats() commitStats {
+	resp, err := t.hc.Get(t.url + "/metrics")
+	if err != nil {
+		return commitStats{}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return commitStats{}
+	}
+	var c commitStats
+	for _, line := range strings.Split(string(b), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "leaseplane_commit_batch_commands_count":
+			c.commits = v
+		case "leaseplane_commit_batch_commands_sum":
+			c.commands = v
+		case "leaseplane_commit_duration_seconds_sum":
+			c.seconds = v
+		}
+	}
+	return c
 }
 
 func (t *planeTarget) worker(i int) (benchWorker, error) {

@@ -16,13 +16,17 @@ func TestBenchRuns(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("want a header, column names and two workloads:\n%s", out)
+	// A header, column names, then per workload its row and the commit line.
+	if len(lines) != 6 {
+		t.Fatalf("want a header, column names and two workloads with commit lines:\n%s", out)
 	}
 	for i, w := range []string{"spread", "contended"} {
-		f := strings.Fields(lines[2+i])
+		f := strings.Fields(lines[2+2*i])
 		if len(f) != 8 || f[0] != "leaseplane/native" || f[1] != w || f[2] == "0" || f[7] != "0" {
-			t.Errorf("row %q: want leaseplane/native %s with pairs and no errors", lines[2+i], w)
+			t.Errorf("row %q: want leaseplane/native %s with pairs and no errors", lines[2+2*i], w)
+		}
+		if c := lines[3+2*i]; !strings.Contains(c, " commits/s, ") || !strings.Contains(c, " commands per commit, ") {
+			t.Errorf("commit line %q", c)
 		}
 	}
 }
