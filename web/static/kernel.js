@@ -7,21 +7,25 @@
   async function load() {
     if (!url) throw new Error("this page was built without the browser kernel (run make wasm)");
     const go = new Go();
-    const resp = await fetch(url);
-    if (!resp.ok) throw new Error(`loading the kernel failed: HTTP ${resp.status} for ${url}`);
-    let result;
-    const type = resp.headers.get("Content-Type") || "";
-    if (type.startsWith("application/wasm") && WebAssembly.instantiateStreaming) {
-      result = await WebAssembly.instantiateStreaming(resp, go.importObject);
-    } else {
+    performance.mark("lp:kernel-fetch");
+    // The page's head started fetching and compiling the module already
+    // (window.lpWasm); without it, fetch and compile here.
+    const module = await (window.lpWasm || (async () => {
+      const resp = await fetch(url);
+      if (!resp.ok) throw new Error(`loading the kernel failed: HTTP ${resp.status} for ${url}`);
+      const type = resp.headers.get("Content-Type") || "";
+      if (type.startsWith("application/wasm") && WebAssembly.compileStreaming) return WebAssembly.compileStreaming(resp);
       // Some static hosts send another content type: compile from bytes.
-      result = await WebAssembly.instantiate(await resp.arrayBuffer(), go.importObject);
-    }
-    go.run(result.instance);
+      return WebAssembly.compile(await resp.arrayBuffer());
+    })());
+    const instance = await WebAssembly.instantiate(module, go.importObject);
+    performance.mark("lp:kernel-compiled");
+    go.run(instance);
     for (let i = 0; i < 100 && !globalThis.leaseplane; i++) {
       await new Promise((r) => setTimeout(r, 0));
     }
     if (!globalThis.leaseplane) throw new Error("the kernel started but did not install leaseplane");
+    performance.mark("lp:kernel-ready");
     return globalThis.leaseplane;
   }
   window.lpKernel = load();

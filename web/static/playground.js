@@ -304,7 +304,7 @@
           chip("admitted", pos >= 0 ? `yes, ${pos + 1} of ${adm.length}` : `no (${adm.length} admitted)`, pos >= 0 ? "" : "warn");
       } else if (a.reason === "deadlock") {
         d = chip("holder", who(a.holder)) + chip("waitingOn", `<code>${esc(a.waitingOn)}</code>`, "dl") +
-          chip("cycle", (a.cycle || []).map((c) => (String(c).startsWith("did:") ? who(c) : `<code>${esc(c)}</code>`)).join(" → "));
+          chip("cycle", (a.cycle || []).map((c) => (String(c).startsWith("did:") ? who(c) : `<code>${esc(c)}</code>`)).join(" → "), "wrap");
       } else if (a.error) {
         d = `<span class="err-text">${esc(a.error)}</span>`;
       }

@@ -1,0 +1,53 @@
+// bench.mjs measures the playground in headless chromium on localhost:
+// navigation to the first verdict (performance mark lp:first-verdict,
+// from navigation start), with a cold cache (new profile) and a warm one,
+// and the herd of fifty replayed by leaseplane.replay in the page.
+// Usage: make wasm && node web/browser/bench.mjs   (prints medians)
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { buildBinary, corpusDir, launch, startServe } from "./harness.mjs";
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-bench-"));
+const bin = buildBinary(tmp);
+const serve = await startServe(bin, tmp);
+const url = serve.url + "/playground";
+const firstVerdict = async (page) => {
+  await page.goto(url);
+  await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
+  return page.evaluate(() => performance.getEntriesByName("lp:first-verdict")[0].startTime);
+};
+try {
+  const cold = [];
+  for (let i = 0; i < 7; i++) {
+    const b = await launch();
+    const page = await b.ctx.newPage();
+    cold.push(await firstVerdict(page));
+    await b.close();
+  }
+  const b = await launch();
+  const page = await b.ctx.newPage();
+  await firstVerdict(page);
+  const warm = [];
+  for (let i = 0; i < 7; i++) warm.push(await firstVerdict(page));
+  const herd = fs.readFileSync(path.join(corpusDir, "thundering-herd.json"), "utf8");
+  const herdMs = await page.evaluate((herd) => {
+    const first = performance.now();
+    window.leaseplane.replay(herd);
+    const firstMs = performance.now() - first;
+    for (let i = 0; i < 5; i++) window.leaseplane.replay(herd);
+    const xs = [];
+    for (let i = 0; i < 50; i++) { const t = performance.now(); window.leaseplane.replay(herd); xs.push(performance.now() - t); }
+    xs.sort((a, b) => a - b);
+    return { first: firstMs, median: xs[25], p90: xs[45] };
+  }, herd);
+  await b.close();
+  const f = (x) => x.toFixed(1);
+  console.log(`navigation to first verdict, cold cache: median ${f(median(cold))} ms (${cold.map(f).join(", ")})`);
+  console.log(`navigation to first verdict, warm cache: median ${f(median(warm))} ms (${warm.map(f).join(", ")})`);
+  console.log(`herd of fifty, leaseplane.replay in the page: first call ${f(herdMs.first)} ms, then median ${f(herdMs.median)} ms, p90 ${f(herdMs.p90)} ms (50 runs)`);
+} finally {
+  serve.stop();
+  fs.rmSync(tmp, { recursive: true, force: true });
+}

@@ -1,0 +1,217 @@
+// Browser tests of the playground and the docs (make test-browser).
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { execFileSync } from "node:child_process";
+import { after, before, describe, test } from "node:test";
+import { buildBinary, launch, replayAll, shot, startServe, staticServer, watchRequests } from "./harness.mjs";
+
+let tmp, bin, expected, serve, site, browser;
+
+before(async () => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-browser-"));
+  bin = buildBinary(tmp);
+  expected = replayAll(bin);
+  serve = await startServe(bin, tmp);
+  execFileSync(bin, ["site", path.join(tmp, "site")]);
+  site = await staticServer(path.join(tmp, "site"));
+  browser = await launch();
+});
+
+after(async () => {
+  await browser?.close();
+  serve?.stop();
+  site?.stop();
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+async function openPlayground(url) {
+  const page = await browser.ctx.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  const reqs = watchRequests(page);
+  await page.goto(url);
+  await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
+  await page.waitForLoadState("networkidle");
+  reqs.mark();
+  return { page, reqs, errors };
+}
+
+async function runAndRead(page, how) {
+  const before = Number(await page.getAttribute("body", "data-runs"));
+  if (how === "click") await page.click("#run");
+  else await page.keyboard.press("Control+Enter");
+  await page.waitForSelector(`body[data-runs='${before + 1}']`);
+  return page.locator("#transcript").textContent();
+}
+
+describe("served by leaseplane serve", () => {
+  test("the wasm is precompressed by Accept-Encoding and cached by its hash", async () => {
+    const html = await (await fetch(serve.url + "/playground")).text();
+    const wasm = html.match(/data-wasm="([^"]+)"/)[1];
+    assert.match(wasm, /^\/static\/leaseplane\.[0-9a-f]{12}\.wasm$/);
+    for (const [ae, enc] of [["br, gzip", "br"], ["gzip", "gzip"], ["identity", null]]) {
+      const res = await fetch(serve.url + wasm, { headers: { "Accept-Encoding": ae } });
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get("content-type"), "application/wasm");
+      assert.equal(res.headers.get("content-encoding"), enc, `Accept-Encoding ${ae}`);
+      assert.equal(res.headers.get("cache-control"), "public, max-age=31536000, immutable");
+      await res.arrayBuffer();
+    }
+    const root = await fetch(serve.url + "/", { redirect: "manual" });
+    assert.equal(root.status, 302);
+    assert.equal(root.headers.get("location"), "/playground");
+  });
+
+  test("playground: every corpus scenario through the UI equals leaseplane replay (browser parity)", async () => {
+    const { page, reqs, errors } = await openPlayground(serve.url + "/playground");
+    await shot(page, "playground-first-load");
+    const names = await page.$$eval("#example option[value]:not([value=''])", (os) => os.map((o) => o.value));
+    for (const name of expected.keys()) assert.ok(names.includes(name), `the examples menu lacks ${name} (run make generate)`);
+    let i = 0;
+    for (const [name, want] of expected) {
+      await page.selectOption("#example", name);
+      const got = await runAndRead(page, i++ % 2 ? "keyboard" : "click");
+      assert.equal(got, want, `transcript of ${name} differs from leaseplane replay`);
+      if (name === "thundering-herd") await shot(page, "playground-thundering-herd");
+    }
+    assert.deepEqual(reqs.after(), [], "requests left the page after load");
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test("playground: breaking a deadlock shows the refusal with waitingOn on the timeline, and links to the docs", async () => {
+    const { page, reqs } = await openPlayground(serve.url + "/playground");
+    await page.selectOption("#example", "breaking-a-deadlock");
+    await page.keyboard.press("Control+Enter");
+    await page.waitForSelector("body[data-runs='2']");
+    const label = await page.locator("#timeline svg .mark.deadlock .dl-label").textContent();
+    assert.match(label, /deadlock .*waitingOn db:billing\/customers/);
+    const verdict = await page.locator("#verdicts tr[data-step='3']").textContent();
+    assert.match(verdict, /refused\s*deadlock/);
+    assert.match(verdict, /waitingOn\s*db:billing\/customers/);
+    assert.equal(await page.locator("#timeline svg .lease").count(), 4);
+    await shot(page, "playground-breaking-a-deadlock");
+    assert.deepEqual(reqs.after(), []);
+    await page.click("text=How it works");
+    await page.waitForURL(/\/docs$/);
+    await page.waitForSelector("#recipes");
+    await page.close();
+  });
+
+  test("playground: usable with the keyboard alone", async () => {
+    const { page } = await openPlayground(serve.url + "/playground");
+    let found = false;
+    for (let i = 0; i < 40 && !found; i++) {
+      await page.keyboard.press("Tab");
+      found = await page.evaluate(() => document.activeElement?.id === "example");
+    }
+    assert.ok(found, "Tab never reaches the examples menu");
+    await page.keyboard.press("ArrowDown"); // two release agents -> a crashed holder
+    assert.equal(await page.inputValue("#example"), "crashed-holder");
+    const got = await runAndRead(page, "keyboard");
+    assert.equal(got, expected.get("crashed-holder"));
+    // The steps' controls are reachable too: move step 2 up with Enter.
+    await page.focus("#f-s1-up");
+    await page.keyboard.press("Enter");
+    const json = JSON.parse(await page.inputValue("#json"));
+    assert.equal(json.steps[0].atMs, 2000, "step 2 did not move up");
+    assert.equal(await page.inputValue("#example"), "", "an edited scenario is no longer the example");
+    await page.close();
+  });
+
+  test("playground: the form and the JSON edit the same scenario; errors are shown, not thrown", async () => {
+    const { page, errors } = await openPlayground(serve.url + "/playground");
+    await page.selectOption("#f-s1-actorDid", "did:web:acme.example:agent:release");
+    let json = JSON.parse(await page.inputValue("#json"));
+    assert.equal(json.steps[1].actorDid, "did:web:acme.example:agent:release");
+    await page.fill("#f-s1-atMs", "1234");
+    json = JSON.parse(await page.inputValue("#json"));
+    assert.equal(json.steps[1].atMs, 1234);
+    const t = await runAndRead(page, "click");
+    assert.match(t, /"atMs":1234,"op":"acquire","answer":\{"ok":true,"lease":\{"id":"[^"]+","resource":"lock:deploy\/production","holder":"did:web:acme.example:agent:release"/);
+    json.steps[0].resource = "lock:renamed";
+    await page.fill("#json", JSON.stringify(json, null, 2));
+    await page.waitForFunction(() => document.getElementById("f-s0-resource")?.value === "lock:renamed");
+    await page.fill("#json", '{"steps": [}');
+    await page.waitForSelector("#json-error:not([hidden])");
+    await page.fill("#json", '{"rules": {"readShared": 5}, "steps": []}');
+    await runAndRead(page, "keyboard");
+    assert.match(await page.locator("#run-error").textContent(), /kernel refused the scenario: scenario: /);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test("playground: a share link carries the scenario in the fragment", async () => {
+    const { page } = await openPlayground(serve.url + "/playground");
+    await page.selectOption("#example", "four-agent-cycle");
+    const want = await runAndRead(page, "click");
+    await page.fill("#f-s0-atMs", "900");
+    const edited = await runAndRead(page, "click");
+    assert.notEqual(edited, want);
+    const url = await page.evaluate(() => window.lpPlayground.shareLink());
+    assert.match(url, /#z=[A-Za-z0-9_-]+$/);
+    const { page: p2, reqs } = await openPlayground(url);
+    assert.equal(await p2.locator("#transcript").textContent(), edited);
+    assert.equal(reqs.all().filter((u) => u.includes("#")).length <= 1, true);
+    await p2.close();
+    await page.close();
+  });
+
+  test("docs: every live example runs (click and Ctrl+Enter) and matches the kernel's printed response", async () => {
+    const page = await browser.ctx.newPage();
+    const reqs = watchRequests(page);
+    await page.goto(serve.url + "/docs");
+    await page.waitForSelector("body[data-state='ready']", { timeout: 20000 });
+    await page.waitForLoadState("networkidle");
+    reqs.mark();
+    await shot(page, "docs-top");
+    const ids = await page.$$eval("[data-live]", (ss) => ss.map((s) => s.id));
+    assert.equal(ids.length, 6);
+    for (const [i, id] of ids.entries()) {
+      if (i % 2 === 0) await page.click(`#${id} [data-run]`);
+      else { await page.focus(`#${id} [data-scenario]`); await page.keyboard.press("Control+Enter"); }
+      await page.waitForSelector(`#${id}[data-result]`);
+      assert.equal(await page.getAttribute(`#${id}`, "data-result"), "match", `${id} differs from its printed response`);
+    }
+    await page.locator("#breaking-a-deadlock").scrollIntoViewIfNeeded();
+    await shot(page, "docs-breaking-a-deadlock");
+    // An edited example shows every step of the edited run.
+    const ta = "#two-release-agents [data-scenario]";
+    await page.fill(ta, (await page.inputValue(ta)).replace('"atMs": 1200', '"atMs": 1201'));
+    await page.click("#two-release-agents [data-run]");
+    await page.waitForSelector("#two-release-agents[data-result='edited']");
+    assert.match(await page.locator("#two-release-agents [data-live-out]").textContent(), /step 7 · wait/);
+    // Code tabs: click and arrow keys.
+    await page.click("#take-and-release-tab-js");
+    assert.equal(await page.isVisible("#take-and-release-js"), true);
+    assert.equal(await page.isVisible("#take-and-release-curl"), false);
+    await page.keyboard.press("ArrowRight");
+    assert.equal(await page.evaluate(() => document.activeElement.id), "take-and-release-tab-py");
+    assert.equal(await page.isVisible("#take-and-release-py"), true);
+    await page.locator("#recipes").scrollIntoViewIfNeeded();
+    await shot(page, "docs-recipes");
+    assert.deepEqual(reqs.after(), [], "requests left the docs page after load");
+    await page.close();
+  });
+});
+
+describe("leaseplane site output on a plain static host", () => {
+  test("the playground and the docs run their examples", async () => {
+    const { page, reqs, errors } = await openPlayground(site.url + "/playground/");
+    assert.equal(await page.locator("#transcript").textContent(), expected.get("two-release-agents"));
+    await page.selectOption("#example", "breaking-a-deadlock");
+    assert.equal(await runAndRead(page, "keyboard"), expected.get("breaking-a-deadlock"));
+    await shot(page, "site-playground");
+    assert.deepEqual(reqs.after(), []);
+    assert.deepEqual(errors, []);
+    await page.click("nav >> text=Docs");
+    await page.waitForURL(/\/docs\/$/);
+    await page.waitForSelector("body[data-state='ready']");
+    await page.click("#crashed-holder [data-run]");
+    await page.waitForSelector("#crashed-holder[data-result]");
+    assert.equal(await page.getAttribute("#crashed-holder", "data-result"), "match");
+    await page.close();
+  });
+});
