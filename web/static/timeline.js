@@ -59,7 +59,7 @@
     const span = t1 - t0;
     const tEnd = t1 + (hasOpen ? span * 0.06 : span * 0.02);
 
-    const W = Math.max(560, Math.round(width || 860)), labelW = Math.min(220, Math.round(W * 0.26)), x0 = labelW + 8, x1 = W - 16;
+    const W = Math.max(560, Math.round(width || 860)), labelW = Math.min(240, Math.round(W * 0.3)), x0 = labelW + 8, x1 = W - 16;
     const x = (t) => x0 + ((t - t0) / (tEnd - t0)) * (x1 - x0);
     const SUB = 22, MARKS = 22, PAD = 8, AXIS = 28;
 
