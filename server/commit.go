@@ -24,39 +24,21 @@ type pending struct {
 	t      *ticket
 }
 
-type sunk struct {
-	ws     int64
-	seq    int64
-	events []byte
-}
-
-// committer is the one writer: it takes every workspace's changed commands
-// in the order they were applied and commits whatever has queued up in one
-// transaction, with the queued events in a savepoint.
+// committer is the one writer of the command log: it takes every
+// workspace's changed commands in the order they were applied and commits
+// whatever has queued up in one transaction.
 type committer struct {
-	s      *Server
-	in     chan pending
-	events chan sunk
-	done   chan struct{}
+	s    *Server
+	in   chan pending
+	done chan struct{}
 }
 
-const (
-	maxBatch       = 1024
-	maxEventsBatch = 4096
-	// EventQueue is how many commands' events wait for the committer before
-	// further events are dropped (and counted).
-	EventQueue = 16384
-)
+const maxBatch = 1024
 
 var errStale = errors.New("an earlier command of this workspace failed to commit, so this one was not kept; retry")
 
 func newCommitter(s *Server) *committer {
-	return &committer{
-		s:      s,
-		in:     make(chan pending, 4096),
-		events: make(chan sunk, EventQueue),
-		done:   make(chan struct{}),
-	}
+	return &committer{s: s, in: make(chan pending, 4096), done: make(chan struct{})}
 }
 
 // enqueue hands a changed command to the committer; the caller holds the
@@ -65,16 +47,6 @@ func (c *committer) enqueue(ws *workspace, gen uint64, rec store.Record, events 
 	t := &ticket{done: make(chan struct{})}
 	c.in <- pending{ws: ws, gen: gen, rec: rec, events: events, t: t}
 	return t
-}
-
-// sink queues a command's events for the events table without ever
-// blocking: when the queue is full they are dropped and counted.
-func (c *committer) sink(ws, seq int64, events []byte) {
-	select {
-	case c.events <- sunk{ws, seq, events}:
-	default:
-		c.s.metrics.eventsDropped.Add(float64(countEvents(events)))
-	}
 }
 
 // stop commits what is queued and ends the committer; no enqueue may
@@ -87,68 +59,29 @@ func (c *committer) stop() {
 func (c *committer) run() {
 	defer close(c.done)
 	batch := make([]pending, 0, maxBatch)
-	var evs []sunk
 	for {
-		batch = batch[:0]
-		evs = evs[:0]
-		select {
-		case p, ok := <-c.in:
-			if !ok {
-				c.flushEvents(evs)
-				return
-			}
-			batch = append(batch, p)
-		case e := <-c.events:
-			evs = append(evs, e)
+		p, ok := <-c.in
+		if !ok {
+			return
 		}
+		batch = append(batch[:0], p)
 	fill:
 		for len(batch) < maxBatch {
 			select {
 			case p, ok := <-c.in:
 				if !ok {
-					c.commit(batch, evs)
-					c.flushEvents(nil)
-					return
+					break fill
 				}
 				batch = append(batch, p)
 			default:
 				break fill
 			}
 		}
-	drain:
-		for len(evs) < maxEventsBatch {
-			select {
-			case e := <-c.events:
-				evs = append(evs, e)
-			default:
-				break drain
-			}
-		}
-		c.commit(batch, evs)
+		c.commit(batch)
 	}
 }
 
-// flushEvents writes every queued event (at shutdown).
-func (c *committer) flushEvents(evs []sunk) {
-	for {
-	drain:
-		for len(evs) < maxEventsBatch {
-			select {
-			case e := <-c.events:
-				evs = append(evs, e)
-			default:
-				break drain
-			}
-		}
-		if len(evs) == 0 {
-			return
-		}
-		c.commit(nil, evs)
-		evs = evs[:0]
-	}
-}
-
-func (c *committer) commit(batch []pending, evs []sunk) {
+func (c *committer) commit(batch []pending) {
 	m := c.s.metrics
 	// Drop commands applied on a machine that a failed commit has since
 	// made stale: they were decided on state that is not on disk.
@@ -163,20 +96,17 @@ func (c *committer) commit(batch []pending, evs []sunk) {
 		keep = append(keep, p)
 	}
 	batch = keep
+	if len(batch) == 0 {
+		return
+	}
 	recs := make([]store.Record, len(batch))
 	for i := range batch {
 		recs[i] = batch[i].rec
 	}
-	var rows []store.Event
-	for _, e := range evs {
-		rows = splitEvents(rows, e.ws, e.seq, e.events)
-	}
 	start := time.Now()
-	evErr, err := c.s.store.Commit(recs, rows)
-	if len(batch) > 0 {
-		m.commitSeconds.Observe(time.Since(start).Seconds())
-		m.commitBatch.Observe(float64(len(batch)))
-	}
+	err := c.s.store.Commit(recs)
+	m.commitSeconds.Observe(time.Since(start).Seconds())
+	m.commitBatch.Observe(float64(len(batch)))
 	if err != nil {
 		m.commitFailures.Inc()
 		c.s.log.Error("commit failed: answering 503 and reloading the workspaces from disk",
@@ -186,23 +116,85 @@ func (c *committer) commit(batch []pending, evs []sunk) {
 			p.t.err = err
 			close(p.t.done)
 		}
-		if len(rows) > 0 {
-			m.eventsDropped.Add(float64(len(rows)))
-		}
 		return
 	}
 	for _, p := range batch {
 		close(p.t.done)
 	}
-	if evErr != nil {
-		c.s.log.Warn("events not written (commands were)", "events", len(rows), "err", evErr)
-		m.eventsDropped.Add(float64(len(rows)))
-	} else {
-		m.eventsWritten.Add(float64(len(rows)))
-	}
 	for _, p := range batch {
 		if !bytes.Equal(p.events, emptyEvents) {
-			c.sink(p.rec.Workspace, p.rec.Seq, p.events)
+			c.s.events.sink(p.rec.Workspace, p.rec.Seq, p.events)
+		}
+	}
+}
+
+// eventSink writes kernel events to the events table from a bounded queue
+// that never blocks a command: when the queue is full the events are
+// dropped and counted. It has its own goroutine and its own database file,
+// so it never delays a commit.
+type eventSink struct {
+	s    *Server
+	in   chan sunk
+	done chan struct{}
+}
+
+type sunk struct {
+	ws     int64
+	seq    int64
+	events []byte
+}
+
+// EventQueue is how many commands' events wait for the sink before further
+// events are dropped (and counted).
+const EventQueue = 16384
+
+const maxEventsBatch = 4096
+
+func newEventSink(s *Server) *eventSink {
+	return &eventSink{s: s, in: make(chan sunk, EventQueue), done: make(chan struct{})}
+}
+
+// sink queues a command's events without ever blocking.
+func (e *eventSink) sink(ws, seq int64, events []byte) {
+	select {
+	case e.in <- sunk{ws, seq, events}:
+	default:
+		e.s.metrics.eventsDropped.Add(float64(countEvents(events)))
+	}
+}
+
+// stop writes what is queued and ends the sink; no sink call may follow.
+func (e *eventSink) stop() {
+	close(e.in)
+	<-e.done
+}
+
+func (e *eventSink) run() {
+	defer close(e.done)
+	var rows []store.Event
+	for {
+		x, ok := <-e.in
+		if !ok {
+			return
+		}
+		rows = splitEvents(rows[:0], x.ws, x.seq, x.events)
+	fill:
+		for len(rows) < maxEventsBatch {
+			select {
+			case x, ok := <-e.in:
+				if !ok {
+					break fill
+				}
+				rows = splitEvents(rows, x.ws, x.seq, x.events)
+			default:
+				break fill
+			}
+		}
+		if err := e.s.store.AppendEvents(rows); err != nil {
+			e.s.log.Warn("events not written (the commands were)", "events", len(rows), "err", err)
+			e.s.metrics.eventsDropped.Add(float64(len(rows)))
+		} else {
+			e.s.metrics.eventsWritten.Add(float64(len(rows)))
 		}
 	}
 }

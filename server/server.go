@@ -104,6 +104,7 @@ type Server struct {
 	metrics *metrics
 	keys    keyCache
 	commit  *committer
+	events  *eventSink
 
 	wsMu       sync.RWMutex
 	workspaces map[int64]*workspace
@@ -158,11 +159,12 @@ func New(cfg Config) (*Server, error) {
 	s.keys.entries = map[string]keyEntry{}
 	s.metrics = newMetrics(s)
 	s.commit = newCommitter(s)
+	s.events = newEventSink(s)
 	go s.commit.run()
+	go s.events.run()
 	wss, err := st.Workspaces()
 	if err != nil {
-		s.commit.stop()
-		st.Close()
+		s.stopAll()
 		return nil, err
 	}
 	for _, w := range wss {
@@ -253,6 +255,7 @@ func (s *Server) stopAll() error {
 		ws.mu.Unlock()
 	}
 	s.commit.stop()
+	s.events.stop()
 	var first error
 	for _, ws := range wss {
 		ws.mu.Lock()

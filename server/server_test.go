@@ -364,6 +364,7 @@ func TestRestartRecovers(t *testing.T) {
 		// A crash: no shutdown, no final snapshot. Only the log (and the
 		// periodic snapshots) remain.
 		s.commit.stop()
+		s.events.stop()
 		s.store.Close()
 		s2, err := New(cfg)
 		if err != nil {

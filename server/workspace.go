@@ -102,7 +102,7 @@ func (s *Server) load(ws *workspace) error {
 				"op", r.Op, "logged", r.Status, "replayed", res.Status)
 		}
 		if !bytes.Equal(res.Events, emptyEvents) {
-			s.commit.sink(ws.id, r.Seq, res.Events)
+			s.events.sink(ws.id, r.Seq, res.Events)
 		}
 	}
 	if ws.eng != nil {

@@ -2,8 +2,8 @@
 // modernc.org/sqlite (pure Go, nothing to install). It is the only package
 // that imports the SQLite driver (DESIGN.md rule 2).
 //
-// One database file, DIR/leaseplane.db, in WAL mode with synchronous=FULL,
-// holds:
+// The database file DIR/leaseplane.db, in WAL mode with synchronous=FULL
+// (a commit is on disk when Commit returns), holds:
 //   - workspaces: a name and the kernel rules each workspace's machine is
 //     built with;
 //   - keys: API keys, stored only as SHA-256 hashes, each with a role
@@ -13,8 +13,9 @@
 //     transaction (group commit);
 //   - snapshots: the latest kernel snapshot of each workspace and the seq it
 //     follows; replay starts there, so it is bounded;
-//   - events: every kernel event, one row each, append-only (triggers refuse
-//     UPDATE and DELETE); written best effort, never in the way of a command.
+//   - events (in DIR/events.db, a file of its own): every kernel event, one
+//     row each, append-only (triggers refuse UPDATE and DELETE); written best
+//     effort, never in the way of a command.
 //
 // A Store is safe for concurrent use. Commit is meant to be called by one
 // writer goroutine; readers (key look-ups, Load) run beside it.
@@ -32,12 +33,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 // FileName is the database file inside the data directory.
 const FileName = "leaseplane.db"
+
+// EventsFileName is the events database inside the data directory.
+const EventsFileName = "events.db"
 
 const schemaVersion = "1"
 
@@ -70,8 +75,15 @@ CREATE TABLE IF NOT EXISTS snapshots(
 	workspace_id INTEGER PRIMARY KEY,
 	seq INTEGER NOT NULL,
 	state BLOB NOT NULL);
+`
+
+// eventsSchema is the events database's: a file of its own, so that the
+// best-effort events never add pages (and fsync time) to a command's
+// commit, and written with synchronous=NORMAL (WAL): a power cut may lose
+// the newest events, never a command.
+const eventsSchema = `
 CREATE TABLE IF NOT EXISTS events(
-	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	id INTEGER PRIMARY KEY,
 	workspace_id INTEGER NOT NULL,
 	seq INTEGER NOT NULL,
 	idx INTEGER NOT NULL,
@@ -95,11 +107,12 @@ type Options struct {
 
 // Store is an open database.
 type Store struct {
-	db   *sql.DB
+	db   *sql.DB // leaseplane.db: workspaces, keys, log, snapshots
+	edb  *sql.DB // events.db: events
 	path string
 	opts Options
 
-	insLog, insEvent, upSnap, delLog *sql.Stmt
+	upSnap, delLog *sql.Stmt
 }
 
 // ErrNotFound is returned when a named workspace or key does not exist.
@@ -123,9 +136,18 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	db.SetMaxOpenConns(4)
 	db.SetMaxIdleConns(4)
-	s := &Store{db: db, path: path, opts: opts}
+	epath := filepath.Join(dir, EventsFileName)
+	edb, err := sql.Open("sqlite", "file:"+epath+
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", epath, err)
+	}
+	edb.SetMaxOpenConns(2)
+	s := &Store{db: db, edb: edb, path: path, opts: opts}
 	if err := s.init(); err != nil {
 		db.Close()
+		edb.Close()
 		return nil, err
 	}
 	return s, nil
@@ -134,6 +156,9 @@ func Open(dir string, opts Options) (*Store, error) {
 func (s *Store) init() error {
 	if _, err := s.db.Exec(schema); err != nil {
 		return fmt.Errorf("store: create schema in %s: %w", s.path, err)
+	}
+	if _, err := s.edb.Exec(eventsSchema); err != nil {
+		return fmt.Errorf("store: create events schema: %w", err)
 	}
 	var v string
 	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
@@ -156,8 +181,6 @@ func (s *Store) init() error {
 		st, err = s.db.Prepare(q)
 		return st
 	}
-	s.insLog = prep(`INSERT INTO log(workspace_id, seq, now_ms, op, body, status) VALUES(?, ?, ?, ?, ?, ?)`)
-	s.insEvent = prep(`INSERT OR IGNORE INTO events(workspace_id, seq, idx, type, at_ms, body) VALUES(?, ?, ?, ?, ?, ?)`)
 	s.upSnap = prep(`INSERT INTO snapshots(workspace_id, seq, state) VALUES(?, ?, ?)
 		ON CONFLICT(workspace_id) DO UPDATE SET seq = excluded.seq, state = excluded.state`)
 	s.delLog = prep(`DELETE FROM log WHERE workspace_id = ? AND seq <= ?`)
@@ -172,12 +195,14 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes the database; a last checkpoint folds the WAL into it.
 func (s *Store) Close() error {
-	for _, st := range []*sql.Stmt{s.insLog, s.insEvent, s.upSnap, s.delLog} {
+	for _, st := range []*sql.Stmt{s.upSnap, s.delLog} {
 		if st != nil {
 			st.Close()
 		}
 	}
-	return s.db.Close()
+	err1 := s.db.Close()
+	err2 := s.edb.Close()
+	return errors.Join(err1, err2)
 }
 
 // Workspace is one tenant: its own machine, keys, log and events.
@@ -431,69 +456,100 @@ type Event struct {
 	Body      []byte // the event's JSON object
 }
 
+// rowsPerInsert bounds the rows of one multi-row INSERT (6 parameters
+// each, well under SQLite's limit).
+const rowsPerInsert = 128
+
+var (
+	logSQL    [rowsPerInsert + 1]string
+	eventsSQL [rowsPerInsert + 1]string
+	sqlOnce   sync.Once
+)
+
+func buildSQL() {
+	for n := 1; n <= rowsPerInsert; n++ {
+		vals := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", n), ", ")
+		logSQL[n] = `INSERT INTO log(workspace_id, seq, now_ms, op, body, status) VALUES ` + vals
+		eventsSQL[n] = `INSERT OR IGNORE INTO events(workspace_id, seq, idx, type, at_ms, body) VALUES ` + vals
+	}
+}
+
+func insertLogSQL(n int) string    { sqlOnce.Do(buildSQL); return logSQL[n] }
+func insertEventsSQL(n int) string { sqlOnce.Do(buildSQL); return eventsSQL[n] }
+
 // LogKeep is how many log records before a workspace's newest snapshot are
 // kept; older ones are deleted when a snapshot is written.
 const LogKeep = 4096
 
-// Commit writes recs (in order) and events in one transaction. The events
-// are written inside a savepoint: when they fail, they are dropped and
-// the records still commit; eventsErr says so. err is a failure of the
-// records: nothing of recs was written.
-func (s *Store) Commit(recs []Record, events []Event) (eventsErr, err error) {
+// Commit writes recs, in order, in one transaction: all or nothing.
+func (s *Store) Commit(recs []Record) error {
 	tx, err := s.db.Begin()
 	if err != nil {
-		return nil, fmt.Errorf("store: begin commit: %w", err)
+		return fmt.Errorf("store: begin commit: %w", err)
 	}
 	defer tx.Rollback()
 	if s.opts.BeforeCommit != nil {
 		if err := s.opts.BeforeCommit(); err != nil {
-			return nil, fmt.Errorf("store: commit: %w", err)
+			return fmt.Errorf("store: commit: %w", err)
 		}
 	}
-	if len(recs) > 0 {
-		insLog, upSnap, delLog := tx.Stmt(s.insLog), tx.Stmt(s.upSnap), tx.Stmt(s.delLog)
-		for i := range recs {
-			r := &recs[i]
+	// Many rows per INSERT: far fewer trips through database/sql and the
+	// driver than one statement per row.
+	for start := 0; start < len(recs); start += rowsPerInsert {
+		chunk := recs[start:min(start+rowsPerInsert, len(recs))]
+		args := make([]any, 0, 6*len(chunk))
+		for i := range chunk {
+			r := &chunk[i]
 			body := r.Body
 			if body == nil {
 				body = []byte{}
 			}
-			if _, err := insLog.Exec(r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status); err != nil {
-				return nil, fmt.Errorf("store: log command %d of workspace %d: %w", r.Seq, r.Workspace, err)
-			}
-			if r.Snapshot != nil {
-				if _, err := upSnap.Exec(r.Workspace, r.Seq, r.Snapshot); err != nil {
-					return nil, fmt.Errorf("store: snapshot workspace %d at %d: %w", r.Workspace, r.Seq, err)
-				}
-				if _, err := delLog.Exec(r.Workspace, r.Seq-LogKeep); err != nil {
-					return nil, fmt.Errorf("store: trim log of workspace %d: %w", r.Workspace, err)
-				}
-			}
+			args = append(args, r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status)
+		}
+		if _, err := tx.Exec(insertLogSQL(len(chunk)), args...); err != nil {
+			return fmt.Errorf("store: log commands %d-%d of workspace %d: %w",
+				chunk[0].Seq, chunk[len(chunk)-1].Seq, chunk[0].Workspace, err)
 		}
 	}
-	if len(events) > 0 {
-		eventsErr = s.writeEvents(tx, events)
+	for i := range recs {
+		r := &recs[i]
+		if r.Snapshot != nil {
+			if _, err := tx.Stmt(s.upSnap).Exec(r.Workspace, r.Seq, r.Snapshot); err != nil {
+				return fmt.Errorf("store: snapshot workspace %d at %d: %w", r.Workspace, r.Seq, err)
+			}
+			if _, err := tx.Stmt(s.delLog).Exec(r.Workspace, r.Seq-LogKeep); err != nil {
+				return fmt.Errorf("store: trim log of workspace %d: %w", r.Workspace, err)
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("store: commit: %w", err)
+		return fmt.Errorf("store: commit: %w", err)
 	}
-	return eventsErr, nil
+	return nil
 }
 
-func (s *Store) writeEvents(tx *sql.Tx, events []Event) error {
-	if _, err := tx.Exec(`SAVEPOINT events`); err != nil {
-		return fmt.Errorf("store: events savepoint: %w", err)
+// AppendEvents writes events in one transaction of the events database.
+// An event already there (same workspace, seq and index: a replay) is
+// kept as it was.
+func (s *Store) AppendEvents(events []Event) error {
+	tx, err := s.edb.Begin()
+	if err != nil {
+		return fmt.Errorf("store: begin events: %w", err)
 	}
-	ins := tx.Stmt(s.insEvent)
-	for _, e := range events {
-		if _, err := ins.Exec(e.Workspace, e.Seq, e.Index, e.Type, e.AtMs, string(e.Body)); err != nil {
-			tx.Exec(`ROLLBACK TO events`)
-			tx.Exec(`RELEASE events`)
-			return fmt.Errorf("store: write event %d of command %d (workspace %d): %w", e.Index, e.Seq, e.Workspace, err)
+	defer tx.Rollback()
+	for start := 0; start < len(events); start += rowsPerInsert {
+		chunk := events[start:min(start+rowsPerInsert, len(events))]
+		args := make([]any, 0, 6*len(chunk))
+		for _, e := range chunk {
+			args = append(args, e.Workspace, e.Seq, e.Index, e.Type, e.AtMs, string(e.Body))
+		}
+		if _, err := tx.Exec(insertEventsSQL(len(chunk)), args...); err != nil {
+			return fmt.Errorf("store: write %d events of workspace %d from command %d: %w",
+				len(chunk), chunk[0].Workspace, chunk[0].Seq, err)
 		}
 	}
-	if _, err := tx.Exec(`RELEASE events`); err != nil {
-		return fmt.Errorf("store: release events savepoint: %w", err)
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit events: %w", err)
 	}
 	return nil
 }
@@ -545,7 +601,7 @@ func (s *Store) Load(ctx context.Context, ws int64) (snap []byte, snapSeq int64,
 // Events lists a workspace's events with id above afterID, oldest first,
 // at most limit of them.
 func (s *Store) Events(ctx context.Context, ws, afterID int64, limit int) ([]Event, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, seq, idx, type, at_ms, body FROM events
+	rows, err := s.edb.QueryContext(ctx, `SELECT id, seq, idx, type, at_ms, body FROM events
 		WHERE workspace_id = ? AND id > ? ORDER BY id LIMIT ?`, ws, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: read events of workspace %d: %w", ws, err)
