@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -68,60 +67,37 @@ func queues(t *testing.T) client.WaitAnswer {
 
 func TestExecRunsChildHoldingTheLease(t *testing.T) {
 	startPlane(t)
-	hookExec(t, func(*execHooks, context.Context, time.Duration) error { return nil })
+	hookExec(t, func(_ *execHooks, ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() })
 	dir := t.TempDir()
+	ready, stop := filepath.Join(dir, "ready"), filepath.Join(dir, "stop")
 	// The child sees the fence and lease id, and the lease is held while it runs.
-	script := `echo "fence=$LEASEPLANE_FENCE id=$LEASEPLANE_LEASE_ID res=$LEASEPLANE_RESOURCE"; ` +
-		`"$LP" wait > "$D/during.json"; exit 7`
-	t.Setenv("LP", testBinary(t))
-	t.Setenv("D", dir)
-	code, out, errOut := cli(t, "exec", "lock:deploy", "--as", "did:web:a", "--", "sh", "-c", script)
-	if code != 7 {
-		t.Fatalf("exit %d, want the child's 7; stderr %q", code, errOut)
+	done := runExecAsync(t, "exec", "lock:deploy", "--as", "did:web:a", "--", "sh", "-c",
+		`echo "fence=$LEASEPLANE_FENCE id=$LEASEPLANE_LEASE_ID res=$LEASEPLANE_RESOURCE"; touch "$0"; `+
+			`while [ ! -e "$1" ]; do sleep 0.02; done; exit 7`, ready, stop)
+	waitFile(t, ready)
+	w := queues(t)
+	if len(w.Queues) != 1 || len(w.Queues[0].Holders) != 1 || w.Queues[0].Holders[0].Holder != "did:web:a" {
+		t.Fatalf("while the child runs, wait says %+v; want lock:deploy held by did:web:a", w.Queues)
 	}
-	if !strings.HasPrefix(out, "fence=1 id=lease_") || !strings.HasSuffix(out, " res=lock:deploy\n") {
-		t.Errorf("child's stdout %q", out)
-	}
-	during, err := os.ReadFile(filepath.Join(dir, "during.json"))
-	if err != nil {
+	held := w.Queues[0].Holders[0]
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id := strings.TrimSuffix(strings.SplitN(strings.SplitN(out, "id=", 2)[1], " ", 2)[0], "\n")
-	if !strings.Contains(string(during), `"holders":[{"id":"`+id+`","resource":"lock:deploy","holder":"did:web:a"`) {
-		t.Errorf("while the child ran, wait said %s; want %s held by did:web:a", during, id)
+	r := <-done
+	if r.code != 7 {
+		t.Fatalf("exit %d, want the child's 7; stderr %q", r.code, r.errOut)
+	}
+	if want := "fence=1 id=" + held.ID + " res=lock:deploy\n"; r.out != want {
+		t.Errorf("child's stdout %q, want %q", r.out, want)
 	}
 	if w := queues(t); len(w.Queues) != 0 {
 		t.Errorf("after the child ended the lease is still there: %+v", w.Queues)
 	}
 	// A second run gets the next fence: the lease was really released and granted again.
-	code, out, _ = cli(t, "exec", "lock:deploy", "--as", "did:web:b", "--", "sh", "-c", `echo "$LEASEPLANE_FENCE"`)
+	code, out, _ := cli(t, "exec", "lock:deploy", "--as", "did:web:b", "--", "sh", "-c", `echo "$LEASEPLANE_FENCE"`)
 	if code != 0 || out != "2\n" {
 		t.Errorf("second run: exit %d stdout %q, want 0 and fence 2", code, out)
 	}
-}
-
-// testBinary builds the leaseplane binary once, for children that call it.
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-func testBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leaseplane-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "leaseplane")
-		binErr = goBuild(binPath)
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
 }
 
 func TestExecDeadlock(t *testing.T) {
@@ -381,11 +357,4 @@ func TestExecInterruptedWhileWaiting(t *testing.T) {
 	if len(w.Queues) != 1 || len(w.Queues[0].Waiters) != 0 {
 		t.Errorf("did:web:a should have left the queue: %+v", w.Queues)
 	}
-}
-
-// goBuild builds the binary for child processes that call it.
-func goBuild(out string) error {
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Stderr = os.Stderr
-	return cmd.Run()
 }
