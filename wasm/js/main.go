@@ -6,19 +6,21 @@
 //
 //	replay(scenarioJson: string) -> string
 //	    the transcript, byte for byte what `leaseplane replay` prints
-//	    (kernel/scenario.Replay through kernel.Native); an invalid scenario
-//	    throws an Error whose message names the problem.
+//	    (kernel/scenario.Replay through kernel.Native, reimplemented by
+//	    wasm/js/replay without encoding/json); an invalid scenario throws
+//	    an Error whose message names the problem.
 //	version() -> {kernel: string, build: string}
 //	    the kernel's semantic version and a short hash of the sources this
 //	    file was built from (set by `make wasm`).
 //	newMachine(rulesJson: string) -> Machine      (throws on invalid rules)
-//	restore(snapshotJson: string) -> Machine      (throws on a bad snapshot)
 //	    a live kernel for stepping one command at a time (the playground).
 //
 // A Machine has step(stepJson) -> string ({"answer":...,"events":[...]},
 // the same bytes as kernel.Result's Answer and Events), trust() -> string,
 // snapshot() -> string, nextAlarm() -> number|null and close(). After
-// close every method throws.
+// close every method throws. There is no restore from a snapshot here:
+// kernel.Restore decodes with encoding/json, which would add about 170 KB
+// of brotli to the build; a page can replay its steps instead.
 //
 // Go functions cannot throw into JavaScript, so each throwing method is a
 // Go function that returns either its result or an {error: message}
@@ -27,12 +29,10 @@
 package main
 
 import (
-	"runtime/debug"
-
 	"syscall/js"
 
 	"github.com/leaseplane/leaseplane/kernel"
-	"github.com/leaseplane/leaseplane/kernel/scenario"
+	"github.com/leaseplane/leaseplane/wasm/js/replay"
 )
 
 // build is the short source hash; make wasm sets it with -ldflags -X.
@@ -58,7 +58,7 @@ func main() {
 		if err != nil {
 			return errValue(err.Error())
 		}
-		out, err := scenario.Replay(kernel.Native, []byte(in))
+		out, err := replay.Replay([]byte(in))
 		if err != nil {
 			return errValue(err.Error())
 		}
@@ -79,17 +79,6 @@ func main() {
 		e, err := kernel.Native.New([]byte(rules))
 		if err != nil {
 			return errValue("newMachine: " + err.Error())
-		}
-		return machineObject(e)
-	}))
-	api.Set("restore", wrap(func(args []js.Value) any {
-		s, err := stringArg(args, 0, "restore(snapshotJson)")
-		if err != nil {
-			return errValue(err.Error())
-		}
-		e, err := kernel.Native.Restore([]byte(s))
-		if err != nil {
-			return errValue("restore: " + err.Error())
 		}
 		return machineObject(e)
 	}))
@@ -195,13 +184,6 @@ func stringArg(args []js.Value, i int, sig string) (string, error) {
 func buildHash() string {
 	if build != "" {
 		return build
-	}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				return s.Value[:12]
-			}
-		}
 	}
 	return "dev"
 }
