@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,54 +167,17 @@ func TestBadRequests(t *testing.T) {
 		t.Fatalf("setup lease: %d %s", st, b)
 	}
 	before := ts.wait()
-	big := `{"resource":"` + strings.Repeat("x", DefaultMaxBodyBytes) + `","actorDid":"did:example:a"}`
-	cases := []struct {
-		name, method, path, auth, body string
-		status                         int
-		reason, errHas                 string
-	}{
-		{"no key", "POST", RouteLease, "-", `{"resource":"r","actorDid":"did:example:a"}`, 401, "unauthorized", "missing key"},
-		{"basic auth", "POST", RouteLease, "Basic abc", `{}`, 401, "unauthorized", "Bearer"},
-		{"bearer without key", "POST", RouteLease, "Bearer ", `{}`, 401, "unauthorized", "Bearer"},
-		{"unknown key", "POST", RouteLease, "Bearer lp_000000000000_nope", `{}`, 401, "unauthorized", "unknown or revoked"},
-		{"not a key", "POST", RouteLease, "Bearer hello", `{}`, 401, "unauthorized", "unknown or revoked"},
-		{"huge key", "POST", RouteLease, "Bearer lp_" + strings.Repeat("a", 5000), `{}`, 401, "unauthorized", "unknown or revoked"},
-		{"empty body", "POST", RouteLease, "", ``, 400, "invalid_request", "resource is required"},
-		{"not json", "POST", RouteLease, "", `resource=r`, 400, "invalid_request", ""},
-		{"array", "POST", RouteLease, "", `[1,2]`, 400, "invalid_request", ""},
-		{"truncated", "POST", RouteLease, "", `{"resource":"r"`, 400, "invalid_request", ""},
-		{"trailing garbage", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a"} x`, 400, "invalid_request", ""},
-		{"resource number", "POST", RouteLease, "", `{"resource":5,"actorDid":"did:example:a"}`, 400, "invalid_request", "resource must be a string"},
-		{"unknown field", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","colour":"red"}`, 400, "invalid_request", "unknown field"},
-		{"duplicate field", "POST", RouteLease, "", `{"resource":"r","resource":"s","actorDid":"did:example:a"}`, 400, "invalid_request", "duplicate field"},
-		{"bad did", "POST", RouteLease, "", `{"resource":"r","actorDid":"agent-7"}`, 400, "invalid_request", "actorDid"},
-		{"bad mode", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","mode":"own"}`, 400, "invalid_request", "mode"},
-		{"ttl string", "POST", RouteLease, "", `{"resource":"r","actorDid":"did:example:a","ttlMs":"5"}`, 400, "invalid_request", "ttlMs"},
-		{"control char", "POST", RouteLease, "", `{"resource":"a\u0001b","actorDid":"did:example:a"}`, 400, "invalid_request", "control"},
-		{"long resource", "POST", RouteLease, "", `{"resource":"` + strings.Repeat("r", 257) + `","actorDid":"did:example:a"}`, 400, "invalid_request", "256"},
-		{"release takes no mode", "POST", RouteRelease, "", `{"resource":"r","actorDid":"did:example:a","mode":"read"}`, 400, "invalid_request", "release does not take mode"},
-		{"empty lease id", "POST", RouteRelease, "", `{"resource":"r","actorDid":"did:example:a","leaseId":""}`, 400, "invalid_request", "leaseId"},
-		{"wait with fields", "GET", RouteWait, "", `{"resource":"r"}`, 400, "invalid_request", "wait does not take resource"},
-		{"too large", "POST", RouteLease, "", big, 413, "body_too_large", "8192"},
-		{"wrong method lease", "GET", RouteLease, "", ``, 405, "method_not_allowed", "POST"},
-		{"wrong method wait", "POST", RouteWait, "", `{}`, 405, "method_not_allowed", "GET"},
-		{"unknown route", "POST", "/api/v1/acp/coordination/steal", "", `{}`, 404, "not_found", "no route"},
-		{"suspend with workspace key", "POST", RouteSuspend, "", `{"actorDid":"did:example:holder"}`, 403, "forbidden", "operator key"},
-	}
+	cases := loadBadRequests(t, "testdata/bad_requests.json", ts.key)
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
-			switch c.auth {
-			case "":
-				req.Header.Set("Authorization", "Bearer "+ts.key)
-			case "-":
-			default:
-				req.Header.Set("Authorization", c.auth)
+		t.Run(c.Name, func(t *testing.T) {
+			req := httptest.NewRequest(c.Method, c.Path, strings.NewReader(c.Body))
+			if c.Auth != "" {
+				req.Header.Set("Authorization", c.Auth)
 			}
 			w := httptest.NewRecorder()
 			ts.s.Handler().ServeHTTP(w, req)
-			if w.Code != c.status {
-				t.Fatalf("status %d, want %d: %s", w.Code, c.status, w.Body)
+			if w.Code != c.Status {
+				t.Fatalf("status %d, want %d: %s", w.Code, c.Status, w.Body)
 			}
 			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q", ct)
@@ -222,14 +186,14 @@ func TestBadRequests(t *testing.T) {
 			if ok := field(t, b, "ok"); ok != false {
 				t.Errorf("ok = %v in %s", ok, b)
 			}
-			if r := field(t, b, "reason"); r != c.reason {
-				t.Errorf("reason %v, want %s: %s", r, c.reason, b)
+			if r := field(t, b, "reason"); r != c.Reason {
+				t.Errorf("reason %v, want %s: %s", r, c.Reason, b)
 			}
 			msg, _ := field(t, b, "error").(string)
-			if msg == "" || !strings.Contains(msg, c.errHas) {
-				t.Errorf("error %q does not name %q", msg, c.errHas)
+			if msg == "" || !strings.Contains(msg, c.ErrorHas) {
+				t.Errorf("error %q does not name %q", msg, c.ErrorHas)
 			}
-			if c.status == 401 && w.Header().Get("WWW-Authenticate") == "" {
+			if c.Status == 401 && w.Header().Get("WWW-Authenticate") == "" {
 				t.Error("401 without WWW-Authenticate")
 			}
 		})
@@ -239,6 +203,48 @@ func TestBadRequests(t *testing.T) {
 	if after := ts.wait(); !bytes.Equal(before, after) {
 		t.Errorf("bad requests changed state:\n%s\n%s", before, after)
 	}
+}
+
+// badRequest is one row of testdata/bad_requests.json, with its
+// placeholders filled in: Auth is the whole Authorization header ("" for
+// none).
+type badRequest struct {
+	Name, Method, Path, Auth, Body string
+	Status                         int
+	Reason, ErrorHas               string
+}
+
+func loadBadRequests(t *testing.T, path, key string) []badRequest {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct{ Cases []badRequest }
+	if err := json.Unmarshal(raw, &file); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for i := range file.Cases {
+		c := &file.Cases[i]
+		switch c.Auth {
+		case "":
+			c.Auth = "Bearer " + key
+		case "-":
+			c.Auth = ""
+		case "@hugekey":
+			c.Auth = "Bearer lp_" + strings.Repeat("a", 5000)
+		}
+		switch c.Body {
+		case "@big":
+			c.Body = `{"resource":"` + strings.Repeat("x", DefaultMaxBodyBytes) + `","actorDid":"did:example:a"}`
+		case "@longresource":
+			c.Body = `{"resource":"` + strings.Repeat("r", 257) + `","actorDid":"did:example:a"}`
+		}
+	}
+	if len(file.Cases) < 20 {
+		t.Fatalf("%s has only %d cases", path, len(file.Cases))
+	}
+	return file.Cases
 }
 
 // TestCommitFailure: when the disk write fails, the command is answered
