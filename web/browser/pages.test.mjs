@@ -193,6 +193,11 @@ describe("served by leaseplane serve", () => {
     await page.locator("#recipes").scrollIntoViewIfNeeded();
     await shot(page, "docs-recipes");
     assert.deepEqual(reqs.after(), [], "requests left the docs page after load");
+    // "Open in the playground" carries a recipe's scenario there.
+    await page.click("#recipe-queue-for-the-slot a:has-text('Open in the playground')");
+    await page.waitForURL(/\/playground#json=/);
+    await page.waitForSelector("body[data-runs='1']");
+    assert.match(await page.locator("#verdicts tr[data-step='4']").textContent(), /granted.*fence\s*2/s);
     await page.close();
   });
 });
