@@ -113,6 +113,26 @@ type Store struct {
 	opts Options
 
 	upSnap, delLog *sql.Stmt
+
+	stmtMu               sync.Mutex
+	logStmts, eventStmts [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
+}
+
+// stmt returns the prepared multi-row INSERT for n rows, preparing it on
+// first use: preparing a statement of hundreds of parameters costs more
+// than running it.
+func (s *Store) stmt(db *sql.DB, cache *[rowsPerInsert + 1]*sql.Stmt, q string, n int) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if st := cache[n]; st != nil {
+		return st, nil
+	}
+	st, err := db.Prepare(q)
+	if err != nil {
+		return nil, fmt.Errorf("store: prepare a %d-row insert: %w", n, err)
+	}
+	cache[n] = st
+	return st, nil
 }
 
 // ErrNotFound is returned when a named workspace or key does not exist.
@@ -195,7 +215,12 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes the database; a last checkpoint folds the WAL into it.
 func (s *Store) Close() error {
-	for _, st := range []*sql.Stmt{s.upSnap, s.delLog} {
+	s.stmtMu.Lock()
+	stmts := []*sql.Stmt{s.upSnap, s.delLog}
+	stmts = append(stmts, s.logStmts[:]...)
+	stmts = append(stmts, s.eventStmts[:]...)
+	s.stmtMu.Unlock()
+	for _, st := range stmts {
 		if st != nil {
 			st.Close()
 		}
@@ -506,7 +531,11 @@ func (s *Store) Commit(recs []Record) error {
 			}
 			args = append(args, r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status)
 		}
-		if _, err := tx.Exec(insertLogSQL(len(chunk)), args...); err != nil {
+		st, err := s.stmt(s.db, &s.logStmts, insertLogSQL(len(chunk)), len(chunk))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Stmt(st).Exec(args...); err != nil {
 			return fmt.Errorf("store: log commands %d-%d of workspace %d: %w",
 				chunk[0].Seq, chunk[len(chunk)-1].Seq, chunk[0].Workspace, err)
 		}
@@ -543,7 +572,11 @@ func (s *Store) AppendEvents(events []Event) error {
 		for _, e := range chunk {
 			args = append(args, e.Workspace, e.Seq, e.Index, e.Type, e.AtMs, string(e.Body))
 		}
-		if _, err := tx.Exec(insertEventsSQL(len(chunk)), args...); err != nil {
+		st, err := s.stmt(s.edb, &s.eventStmts, insertEventsSQL(len(chunk)), len(chunk))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Stmt(st).Exec(args...); err != nil {
 			return fmt.Errorf("store: write %d events of workspace %d from command %d: %w",
 				len(chunk), chunk[0].Workspace, chunk[0].Seq, err)
 		}
