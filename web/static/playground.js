@@ -109,7 +109,7 @@
     // Agents.
     const agents = agentsOf(s);
     const list = el("ol", { class: "agents" });
-    agents.forEach((a, i) => {
+    agents.slice(0, 200).forEach((a, i) => {
       const uses = (s.steps || []).filter((st) => st && st.actorDid === a).length;
       list.append(el("li", {},
         el("input", { id: `f-agent-${i}`, type: "text", value: a, "aria-label": `Agent ${i + 1} DID`, spellcheck: "false",
@@ -136,7 +136,13 @@
       } }, "Add agent")));
     // Steps.
     const tbody = el("tbody");
-    (s.steps || []).forEach((st, i) => tbody.append(stepRow(st, i)));
+    // A form of thousands of rows would freeze the page: past FORM_MAX
+    // steps the JSON is the editor.
+    const FORM_MAX = 200;
+    (s.steps || []).slice(0, FORM_MAX).forEach((st, i) => tbody.append(stepRow(st, i)));
+    if ((s.steps || []).length > FORM_MAX) {
+      tbody.append(el("tr", {}, el("td", { colspan: "7", class: "muted", text: `… and ${s.steps.length - FORM_MAX} more steps: edit them in the JSON.` })));
+    }
     const head = el("thead", {}, el("tr", {}, ...["#", "at ms", "op", "resource", "agent", "mode / lease id", ""].map((h) => el("th", { scope: "col", text: h }))));
     formEl.append(el("fieldset", { class: "fs" },
       el("legend", { text: `Steps (${(s.steps || []).length})` }),
@@ -146,7 +152,7 @@
         const at = (typeof last.atMs === "number" ? last.atMs : 900) + 100;
         s.steps.push({ atMs: at, op: "acquire", resource: resourcesOf(s)[0] || "lock:deploy/production", actorDid: agentsOf(s)[0] || "did:web:acme.example:agent:one" });
         changed(true);
-        document.getElementById(`f-s${s.steps.length - 1}-atMs`).focus();
+        (document.getElementById(`f-s${s.steps.length - 1}-atMs`) || jsonEl).focus();
       } }, "Add step")));
     formEl.append(el("datalist", { id: "lp-agents" }), el("datalist", { id: "lp-resources" }));
     updateLists();
@@ -350,16 +356,21 @@
   function render(steps, tr, ms) {
     const rows = [];
     let granted = 0, refused = 0;
+    const MAX_ROWS = 1000; // a person reads no more; the transcript has all
     tr.steps.forEach((ts, i) => {
       const st = steps[i];
       const v = verdict(st && typeof st === "object" ? st : {}, ts);
       if (v.kind === "granted") granted++;
       if (v.kind === "refused") refused++;
+      if (i >= MAX_ROWS) return;
       rows.push(`<tr class="v-${v.kind}" data-step="${i}"><td class="num">${i + 1}</td><td class="num">${esc(ts.atMs)}</td><td>${request(st, ts)}</td><td class="verdict">${v.badge}</td><td class="details">${v.details}</td></tr>`);
     });
+    if (tr.steps.length > MAX_ROWS) rows.push(`<tr><td colspan="5" class="muted">… and ${tr.steps.length - MAX_ROWS} more steps: see the transcript below.</td></tr>`);
     $("verdicts").tBodies[0].innerHTML = rows.join("");
     const evRows = [];
     for (const ts of tr.steps) for (const e of ts.events || []) {
+      if (evRows.length === MAX_ROWS) { evRows.push(`<tr><td colspan="6" class="muted">… more events in the transcript below.</td></tr>`); }
+      if (evRows.length > MAX_ROWS) break;
       const t = e.type.replace("coordination.", "");
       const d = e.trustDelta ? `<span class="${e.trustDelta > 0 ? "pos" : "neg"}">${e.trustDelta > 0 ? "+" : ""}${esc(e.trustDelta)}</span>` : `<span class="muted">0</span>`;
       evRows.push(`<tr><td class="num">${esc(e.atMs)}</td><td><span class="ev ${t}">${esc(t)}</span></td><td><code>${esc(e.resource)}</code></td><td>${who(e.actorDid)}</td><td class="num">${esc(e.fence)}</td><td class="num">${d}</td></tr>`);

@@ -125,6 +125,7 @@
     });
     // Refusal marks, drawn after the lanes so that deadlock arrows cross them.
     const labelsAt = new Map();
+    const totalDead = marks.filter((m) => m.kind === "deadlock").length;
     for (const m of marks) {
       const lane = laneOf.get(m.resource);
       if (!lane) continue;
@@ -134,7 +135,7 @@
         nDead++;
         const target = laneOf.get(a.waitingOn);
         out.push(`<g class="mark deadlock" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused deadlock at ${m.at} ms · holder ${a.holder} · waitingOn ${a.waitingOn}`)}</title>`);
-        if (target && target !== lane) {
+        if (target && target !== lane && totalDead <= 6) {
           const ty = target.y + PAD + 8;
           out.push(`<line class="dl-arrow" x1="${mx.toFixed(1)}" y1="${my}" x2="${mx.toFixed(1)}" y2="${ty}" marker-end="url(#tl-arrow)"/>`);
         }
@@ -142,9 +143,12 @@
         const k = `${lane.resource}`;
         const n = labelsAt.get(k) || 0;
         labelsAt.set(k, n + 1);
-        const text = `deadlock · ${short(m.actor)} refused · waitingOn ${a.waitingOn}`;
-        const right = mx + 10 + text.length * 6.2 < W;
-        out.push(`<text class="dl-label" x="${(right ? mx + 10 : mx - 10).toFixed(1)}" y="${my + 4 + n * 0}" text-anchor="${right ? "start" : "end"}">${esc(text)}</text>`);
+        // Label the first deadlock of a lane; the rest keep their tooltip.
+        if (n === 0) {
+          const text = `deadlock · ${short(m.actor)} refused · waitingOn ${a.waitingOn}`;
+          const right = mx + 10 + text.length * 6.2 < W;
+          out.push(`<text class="dl-label" x="${(right ? mx + 10 : mx - 10).toFixed(1)}" y="${my + 4}" text-anchor="${right ? "start" : "end"}">${esc(text)}</text>`);
+        }
         out.push(`</g>`);
       } else if (m.kind === "lease_held") {
         nHeld++;
