@@ -80,7 +80,7 @@ func (r benchResult) pct(p float64) time.Duration {
 	return r.lat[i]
 }
 
-const benchHelp = `usage: leaseplane bench [--clients 64] [--duration 5s] [--engines native,wasm] [--redis] [--etcd]
+const benchHelp = `usage: leaseplane bench [--clients 64] [--duration 5s] [--engines native,wasm] [--bare] [--redis] [--etcd]
 
 Starts the real server in-process (a temporary data folder, durable SQLite,
 loopback HTTP) once per engine, and drives it with N concurrent clients, each
@@ -92,6 +92,8 @@ its own agent, doing acquire+release pairs:
 One pair is one acquire and one release: two HTTP requests. Prints pairs/s
 (granted pairs), requests/s, and p50/p99 of single requests.
 
+--bare runs the same routes on a mutex-guarded Go map behind net/http, with
+no kernel and no disk: the ceiling of the HTTP stack and the load generator.
 --redis starts redis-server on a loopback port (no persistence) and runs the
 same workloads as SET key token NX PX 30000 plus a Lua compare-and-delete.
 --etcd starts a single-node etcd and runs them as etcd's Mutex does (a txn
@@ -108,6 +110,7 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	engineList := fs.String("engines", "", "comma-separated engines (default: every engine this binary has)")
 	redis := fs.Bool("redis", false, "also measure Redis SET NX PX + Lua release (needs redis-server)")
 	etcd := fs.Bool("etcd", false, "also measure a single-node etcd Mutex (needs etcd)")
+	bare := fs.Bool("bare", false, "also measure a bare in-memory map behind net/http (the HTTP stack's ceiling)")
 	workloads := fs.String("workloads", "spread,contended", "comma-separated workloads: spread, contended")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	fs.Usage = func() {
@@ -182,6 +185,9 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			return openPlaneTarget(f, *clients)
 		}})
+	}
+	if *bare {
+		targets = append(targets, mk{"bare-map", func() (benchTarget, error) { return openBareTarget(*clients) }})
 	}
 	if *redis {
 		targets = append(targets, mk{"redis", func() (benchTarget, error) { return openRedisTarget() }})

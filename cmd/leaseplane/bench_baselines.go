@@ -12,7 +12,10 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/leaseplane/leaseplane/server/client"
 )
 
 // The baselines of `leaseplane bench`: Redis and etcd, each started by the
@@ -356,3 +359,71 @@ func (w *etcdWorker) del(res string) error {
 func (w *etcdWorker) release(res string) (int, error) { return 1, w.del(res) }
 
 func (w *etcdWorker) close() {}
+
+// bareTarget is the lease routes on a Go map behind net/http: no kernel, no
+// disk, no keys. It shares the plane's client path, so it shows what the
+// HTTP stack and the load generator cost by themselves.
+type bareTarget struct {
+	planeTarget
+	hs *http.Server
+	mu sync.Mutex
+	m  map[string]string // resource → holder
+}
+
+func openBareTarget(clients int) (benchTarget, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	t := &bareTarget{m: map[string]string{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+client.PathLease, func(w http.ResponseWriter, r *http.Request) {
+		var req client.AcquireRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"ok":false,"reason":"invalid_request"}`, 400)
+			return
+		}
+		t.mu.Lock()
+		h, held := t.m[req.Resource]
+		if !held || h == req.ActorDid {
+			t.m[req.Resource] = req.ActorDid
+		}
+		t.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if held && h != req.ActorDid {
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `{"ok":false,"reason":"lease_held","holder":"`+h+`"}`)
+			return
+		}
+		io.WriteString(w, `{"ok":true,"lease":{"resource":"`+req.Resource+`","holder":"`+req.ActorDid+`"}}`)
+	})
+	mux.HandleFunc("POST "+client.PathRelease, func(w http.ResponseWriter, r *http.Request) {
+		var req client.ReleaseRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"ok":false,"reason":"invalid_request"}`, 400)
+			return
+		}
+		t.mu.Lock()
+		released := t.m[req.Resource] == req.ActorDid
+		if released {
+			delete(t.m, req.Resource)
+		}
+		t.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true,"released":`+strconv.FormatBool(released)+`}`)
+	})
+	t.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go t.hs.Serve(ln)
+	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute}
+	t.planeTarget = planeTarget{label: "bare-map", url: "http://" + ln.Addr().String(),
+		hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return t, nil
+}
+
+func (t *bareTarget) close() {
+	t.hs.Close()
+	t.hc.CloseIdleConnections()
+}
+
+// commitStats: the map commits nothing.
+func (t *bareTarget) commitStats() commitStats { return commitStats{} }
