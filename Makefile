@@ -77,7 +77,7 @@ bench: wasm
 	$(GO) test -run '^$$' -bench . -benchmem ./kernel
 # Server load: both engines, Redis and etcd baselines (docs/BENCHMARKS.md "Server load").
 	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
-	$(GO) run ./cmd/leaseplane bench --clients 64 --duration 5s --redis --etcd
+	$(GO) run ./cmd/leaseplane bench --clients 64 --duration 5s --bare --redis --etcd
 
 clean:
 	rm -rf bin web/static/leaseplane.wasm web/static/wasm_exec.js web/static/leaseplane.wasm.gz web/static/leaseplane.wasm.br wasm/wazero/run-make-wasm
