@@ -116,6 +116,8 @@ type Server struct {
 
 	httpMu  sync.Mutex
 	httpSrv []*http.Server
+
+	unlock func() // releases the data directory's lock
 }
 
 // New opens the store in cfg.DataDir, rebuilds every workspace's machine
@@ -144,8 +146,16 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("server: Config.DataDir is required")
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(cfg.DataDir, store.Options{BeforeCommit: cfg.CommitFault})
 	if err != nil {
+		unlock()
 		return nil, err
 	}
 	s := &Server{
@@ -155,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 		store:      st,
 		mux:        http.NewServeMux(),
 		workspaces: map[int64]*workspace{},
+		unlock:     unlock,
 	}
 	s.keys.entries = map[string]keyEntry{}
 	s.metrics = newMetrics(s)
@@ -280,6 +291,7 @@ func (s *Server) stopAll() error {
 	if err := s.store.Close(); err != nil && first == nil {
 		first = fmt.Errorf("server: close store: %w", err)
 	}
+	s.unlock()
 	return first
 }
 

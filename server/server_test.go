@@ -372,6 +372,7 @@ func TestRestartRecovers(t *testing.T) {
 		s.commit.stop()
 		s.events.stop()
 		s.store.Close()
+		s.unlock() // the OS drops a dead process's lock
 		s2, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -439,4 +440,25 @@ func FuzzRequest(f *testing.F) {
 		}
 		clock.Advance(time.Millisecond)
 	})
+}
+
+// TestDataDirLocked: a second server on the same data folder is refused,
+// and the folder is free again after Shutdown.
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	clock := newFakeClock()
+	cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "in use by another leaseplane serve") {
+		t.Fatalf("second server on one folder: %v", err)
+	}
+	s.Shutdown(context.Background())
+	s2, err := New(cfg)
+	if err != nil {
+		t.Fatalf("after shutdown: %v", err)
+	}
+	s2.Shutdown(context.Background())
 }
