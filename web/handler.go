@@ -55,7 +55,7 @@ func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
 	if err != nil {
 		return err
 	}
-	return docsPage(p, DocsPageData{Docs: d, LeaseTTLMs: kernel.LeaseTTLMs, WaiterTTLMs: kernel.WaiterTTLMs,
+	return docsPage(p, DocsPageData{Docs: d, LeaseTTLMs: kernel.LeaseTTLMs, WaiterTTLMs: kernel.WaiterTTLMs, DeadlockKeepMs: kernel.DeadlockKeepMs,
 		MaxAdmitted: kernel.MaxAdmitted, BaseWaitMs: kernel.BaseWaitMs, MaxWaitMs: kernel.MaxWaitMs}).Render(ctx, w)
 }
 
