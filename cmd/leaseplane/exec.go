@@ -34,9 +34,9 @@ var (
 	}
 )
 
-// killGrace is how long a command that lost its lease has between SIGTERM
-// and SIGKILL.
-const killGrace = 10 * time.Second
+// execKillGrace is how long a command that lost its lease has between
+// SIGTERM and SIGKILL; tests shorten it.
+var execKillGrace = 10 * time.Second
 
 const execHelp = `usage: leaseplane exec RESOURCE --as DID [--mode M] [--timeout DUR] -- CMD ARGS...
 
@@ -193,7 +193,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case werr = <-exited:
-			case <-time.After(killGrace):
+			case <-time.After(execKillGrace):
 				cmd.Process.Kill()
 				werr = <-exited
 			}

@@ -313,6 +313,31 @@ func TestExecStopsChildWhenLeaseIsLost(t *testing.T) {
 	}
 }
 
+func TestExecKillsChildThatIgnoresTERM(t *testing.T) {
+	p := startPlane(t)
+	g := newGate()
+	hookExec(t, g.sleep)
+	old := execKillGrace
+	execKillGrace = 50 * time.Millisecond
+	t.Cleanup(func() { execKillGrace = old })
+	ready := filepath.Join(t.TempDir(), "ready")
+	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c",
+		`trap '' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
+	waitFile(t, ready)
+	<-g.asked
+	p.clock.Advance(31 * time.Second) // lapses; the renewal finds it granted again under fence 2
+	g.wake <- struct{}{}
+	r := <-done
+	if r.code != exitLost || !strings.Contains(r.errOut, "granted again under fence 2 (was 1)") ||
+		!strings.Contains(r.errOut, "the command exited with status 137 after it was stopped") {
+		t.Fatalf("exit %d stderr %q; want %d, the new fence and SIGKILL's 137", r.code, r.errOut, exitLost)
+	}
+	// The re-granted lease was given back too.
+	if w := queues(t); len(w.Queues) != 0 {
+		t.Errorf("queues %+v, want none", w.Queues)
+	}
+}
+
 func TestExecForwardsSignals(t *testing.T) {
 	startPlane(t)
 	g := newGate()
