@@ -86,7 +86,7 @@ func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []by
 		return unavailable(err)
 	}
 	ws.mu.Lock()
-	a := s.applyLocked(ws, op, body)
+	a := s.applyLocked(ws, op, body) // never panics
 	ws.mu.Unlock()
 	if err := a.wait(); err != nil {
 		return unavailable(err)

@@ -462,3 +462,58 @@ func TestDataDirLocked(t *testing.T) {
 	}
 	s2.Shutdown(context.Background())
 }
+
+// panicky is kernel.Native whose engines panic on a body with "boom" and
+// fail on one with "trap", as a kernel bug or a trapped WebAssembly
+// instance would.
+type panicky struct{}
+
+func (panicky) Name() string { return "panicky" }
+func (panicky) New(rules []byte) (kernel.Engine, error) {
+	e, err := kernel.Native.New(rules)
+	return panickyEngine{e}, err
+}
+func (panicky) Restore(snap []byte) (kernel.Engine, error) {
+	e, err := kernel.Native.Restore(snap)
+	return panickyEngine{e}, err
+}
+
+type panickyEngine struct{ kernel.Engine }
+
+func (e panickyEngine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Result, error) {
+	if bytes.Contains(body, []byte("boom")) {
+		e.Engine.Apply(op, nowMs, bytes.ReplaceAll(body, []byte("boom"), []byte("half")))
+		panic("kernel bug")
+	}
+	if bytes.Contains(body, []byte("trap")) {
+		return kernel.Result{}, errors.New("wasm trap")
+	}
+	return e.Engine.Apply(op, nowMs, body)
+}
+
+// TestEngineFailure: an engine that panics or fails mid-command is answered
+// 503, and the workspace is rebuilt from disk: the half-applied command
+// leaves no trace.
+func TestEngineFailure(t *testing.T) {
+	clock := newFakeClock()
+	s, err := New(Config{DataDir: t.TempDir(), Engine: panicky{}, Clock: clock.Now, AfterFunc: clock.AfterFunc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	key, _, _ := s.Bootstrap("default")
+	ctx := context.Background()
+	if st, b, _ := s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"lock:a","actorDid":"did:example:a"}`)); st != 200 {
+		t.Fatalf("acquire: %d %s", st, b)
+	}
+	_, before, _ := s.Call(ctx, key, kernel.OpWait, nil)
+	for _, res := range []string{"lock:boom", "lock:trap"} {
+		st, b, err := s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"`+res+`","actorDid":"did:example:b"}`))
+		if err != nil || st != 503 || !bytes.Contains(b, []byte(`"reason":"unavailable"`)) {
+			t.Fatalf("%s: %d %s %v", res, st, b, err)
+		}
+		if _, after, _ := s.Call(ctx, key, kernel.OpWait, nil); !bytes.Equal(after, before) {
+			t.Fatalf("after a failed %s:\n%s\nwant\n%s", res, after, before)
+		}
+	}
+}

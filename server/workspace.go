@@ -134,7 +134,17 @@ type applied struct {
 
 // applyLocked applies one command to ws (ws.mu held), hands it to the
 // committer when it changed state, and re-arms the alarm.
-func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) applied {
+//
+// A panic in the engine (a kernel bug) is answered like an engine failure:
+// 503, and the machine is rebuilt from disk before its next command.
+func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out applied) {
+	defer func() {
+		if v := recover(); v != nil {
+			ws.gen.Add(1)
+			s.log.Error("engine panicked; the workspace will be reloaded", "workspace", ws.name, "op", op, "panic", v)
+			out = applied{err: fmt.Errorf("engine panicked: %v", v)}
+		}
+	}()
 	if ws.closed {
 		return applied{err: errShutdown}
 	}
@@ -152,7 +162,7 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) applied {
 		s.log.Error("engine failed; the workspace will be reloaded", "workspace", ws.name, "op", op, "err", err)
 		return applied{err: fmt.Errorf("engine: %w", err)}
 	}
-	out := applied{res: res}
+	out = applied{res: res}
 	if res.Changed {
 		ws.seq++
 		rec := store.Record{
