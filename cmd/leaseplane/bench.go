@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
@@ -55,6 +57,59 @@ type benchResult struct {
 	firstErr         error
 	lat              []time.Duration // per request
 	commits          commitStats     // the plane's commits during the run
+	// cpu is the CPU time this process and the target's daemon used.
+	cpu time.Duration
+}
+
+// cpuPerRequest is CPU time per request: a cost that does not depend on
+// what else the machine is running.
+func (r benchResult) cpuPerRequest() time.Duration {
+	if r.requests == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.requests)
+}
+
+// daemonPIDer is a target served by a separate process.
+type daemonPIDer interface{ daemonPID() int }
+
+// benchCPU is the CPU time (user + system) used so far by this process and
+// by t's daemon process, if it has one.
+func benchCPU(t benchTarget) time.Duration {
+	var ru syscall.Rusage
+	var d time.Duration
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		d = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if dp, ok := t.(daemonPIDer); ok {
+		d += procCPU(dp.daemonPID())
+	}
+	return d
+}
+
+// procCPU reads a process's user + system time from /proc (Linux), in
+// clock ticks of 10 ms; zero when it cannot.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which ends at the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // commitStats are the plane's group-commit counters, from /metrics.
@@ -90,7 +145,9 @@ its own agent, doing acquire+release pairs:
              (a request, no pair) and the client tries the same resource
              again at once; after a pair it moves to the next resource.
 One pair is one acquire and one release: two HTTP requests. Prints pairs/s
-(granted pairs), requests/s, and p50/p99 of single requests.
+(granted pairs), requests/s, p50/p99 of single requests, and the CPU time
+per request of this process (server and load generator) plus the
+baseline's daemon: a cost that does not depend on what else the machine runs.
 
 --bare runs the same routes on a mutex-guarded Go map behind net/http, with
 no kernel and no disk: the ceiling of the HTTP stack and the load generator.
@@ -198,7 +255,7 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	fmt.Fprintf(stdout, "%d clients, %s per workload, GOMAXPROCS %s, load generator in the same process\n",
 		*clients, *dur, gomaxprocs())
-	fmt.Fprintf(stdout, "%-20s %-10s %10s %12s %9s %9s %9s %7s\n", "target", "workload", "pairs/s", "requests/s", "refused%", "p50", "p99", "errors")
+	fmt.Fprintf(stdout, "%-20s %-10s %10s %12s %9s %9s %9s %9s %7s\n", "target", "workload", "pairs/s", "requests/s", "refused%", "p50", "p99", "CPU/req", "errors")
 	status := exitOK
 	for _, t := range targets {
 		tg, err := t.open()
@@ -218,8 +275,9 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			if r.requests > 0 {
 				refusedPct = 100 * float64(r.refused) / float64(r.requests)
 			}
-			fmt.Fprintf(stdout, "%-20s %-10s %10.0f %12.0f %8.1f%% %9s %9s %7d\n", t.label, w,
-				r.pairsPerSec(), r.reqPerSec(), refusedPct, fmtDur(r.pct(0.50)), fmtDur(r.pct(0.99)), r.errors)
+			fmt.Fprintf(stdout, "%-20s %-10s %10.0f %12.0f %8.1f%% %9s %9s %9s %7d\n", t.label, w,
+				r.pairsPerSec(), r.reqPerSec(), refusedPct, fmtDur(r.pct(0.50)), fmtDur(r.pct(0.99)),
+				fmtDur(r.cpuPerRequest()), r.errors)
 			if c := r.commits; c.commits > 0 {
 				fmt.Fprintf(stdout, "%-20s %-10s %.0f commits/s, %.1f commands per commit, %.2f ms per commit\n", "", "",
 					c.commits/r.elapsed.Seconds(), c.commands/c.commits, 1000*c.seconds/c.commits)
@@ -283,7 +341,9 @@ func benchRun(t benchTarget, workload string, clients int, dur time.Duration) (b
 	if hasStats {
 		before = st.commitStats()
 	}
+	cpu0 := benchCPU(t)
 	r := drive(ws, workload, dur)
+	r.cpu = benchCPU(t) - cpu0
 	if hasStats {
 		r.commits = st.commitStats().minus(before)
 	}

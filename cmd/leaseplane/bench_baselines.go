@@ -71,8 +71,9 @@ func openRedisTarget() (benchTarget, error) {
 	return &redisTarget{d: d, addr: addr, sha: sha[1:]}, nil
 }
 
-func (t *redisTarget) name() string { return "redis" }
-func (t *redisTarget) close()       { t.d.stop() }
+func (t *redisTarget) name() string   { return "redis" }
+func (t *redisTarget) daemonPID() int { return t.d.cmd.Process.Pid }
+func (t *redisTarget) close()         { t.d.stop() }
 
 func (t *redisTarget) worker(i int) (benchWorker, error) {
 	c, err := dialRESP(t.addr)
@@ -221,7 +222,8 @@ func openEtcdTarget(clients int) (benchTarget, error) {
 	return &etcdTarget{d: d, dir: dir, url: curl, hc: hc}, nil
 }
 
-func (t *etcdTarget) name() string { return "etcd" }
+func (t *etcdTarget) name() string   { return "etcd" }
+func (t *etcdTarget) daemonPID() int { return t.d.cmd.Process.Pid }
 
 func (t *etcdTarget) close() {
 	t.d.stop()

@@ -22,7 +22,7 @@ func TestBenchRuns(t *testing.T) {
 	}
 	for i, w := range []string{"spread", "contended"} {
 		f := strings.Fields(lines[2+2*i])
-		if len(f) != 8 || f[0] != "leaseplane/native" || f[1] != w || f[2] == "0" || f[7] != "0" {
+		if len(f) != 9 || f[0] != "leaseplane/native" || f[1] != w || f[2] == "0" || f[8] != "0" {
 			t.Errorf("row %q: want leaseplane/native %s with pairs and no errors", lines[2+2*i], w)
 		}
 		if c := lines[3+2*i]; !strings.Contains(c, " commits/s, ") || !strings.Contains(c, " commands per commit, ") {
