@@ -382,6 +382,19 @@
       `<tr><td>${who(d)}</td><td class="num"><span class="tbar ${v < 0 ? "neg" : "pos"}" style="width:${Math.round((Math.abs(v) / maxAbs) * 60)}px"></span> <span class="${v < 0 ? "neg" : v > 0 ? "pos" : ""}">${v > 0 ? "+" : ""}${esc(v)}</span></td></tr>`).join("") ||
       `<tr><td colspan="2" class="muted">No agents.</td></tr>`;
     $("timeline").innerHTML = window.lpTimeline(steps, tr, $("timeline").clientWidth - 2);
+    // Pointing at a verdict lights up its lease or refusal on the timeline.
+    const tb = $("verdicts").tBodies[0];
+    const highlight = (i) => {
+      const svg = $("timeline").querySelector("svg");
+      if (!svg) return;
+      svg.querySelectorAll(".hl").forEach((n) => n.classList.remove("hl"));
+      if (i < 0 || !tr.steps[i]) return;
+      svg.querySelectorAll(`[data-step="${i}"]`).forEach((n) => n.classList.add("hl"));
+      const id = tr.steps[i].answer && tr.steps[i].answer.lease && tr.steps[i].answer.lease.id;
+      if (id) svg.querySelectorAll(`[data-lease="${CSS.escape(id)}"]`).forEach((n) => n.classList.add("hl"));
+    };
+    tb.onmouseover = (e) => { const row = e.target.closest("tr[data-step]"); highlight(row ? Number(row.dataset.step) : -1); };
+    tb.onmouseleave = () => highlight(-1);
     $("summary").textContent = `${tr.steps.length} steps · ${granted} granted · ${refused} refused · replayed in ${ms < 1 ? ms.toFixed(2) : ms.toFixed(1)} ms`;
   }
   async function run(how) {

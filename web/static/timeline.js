@@ -145,9 +145,16 @@
         labelsAt.set(k, n + 1);
         // Label the first deadlock of a lane; the rest keep their tooltip.
         if (n === 0) {
-          const text = `deadlock · ${short(m.actor)} refused · waitingOn ${a.waitingOn}`;
-          const right = mx + 10 + text.length * 6.2 < W;
-          out.push(`<text class="dl-label" x="${(right ? mx + 10 : mx - 10).toFixed(1)}" y="${my + 4}" text-anchor="${right ? "start" : "end"}">${esc(text)}</text>`);
+          // The longest wording that fits beside the mark, right or left.
+          const texts = [`deadlock · ${short(m.actor)} refused · waitingOn ${a.waitingOn}`, `deadlock · waitingOn ${a.waitingOn}`, `waitingOn ${a.waitingOn}`];
+          let placed = null;
+          for (const text of texts) {
+            const w = text.length * 6.3;
+            if (mx + 10 + w < W - 4) { placed = { text, x: mx + 10, anchor: "start" }; break; }
+            if (mx - 10 - w > 4) { placed = { text, x: mx - 10, anchor: "end" }; break; }
+          }
+          if (!placed) placed = { text: texts[2], x: W - 4, anchor: "end" };
+          out.push(`<text class="dl-label" x="${placed.x.toFixed(1)}" y="${my + 4}" text-anchor="${placed.anchor}">${esc(placed.text)}</text>`);
         }
         out.push(`</g>`);
       } else if (m.kind === "lease_held") {
