@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -63,7 +64,12 @@ func (s *Server) route(method string, op kernel.Op) http.Handler {
 			writeReply(w, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()))
 			return
 		}
+		start := time.Now()
 		rep := s.call(r.Context(), key, op, body)
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rep.status,
+				"remote", r.RemoteAddr, "us", time.Since(start).Microseconds())
+		}
 		if rep.status == 401 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
 		}
