@@ -19,15 +19,18 @@ run: build
 # wasm builds the browser kernel (web/static) and the wasip1 kernel (wasm/wazero).
 # WASM_BUILD is a short hash of the kernel's sources and the Go version: it
 # changes whenever the kernel code does (leaseplane.version().build).
-WASM_BUILD = $(shell { $(GO) version; cat go.mod kernel/*.go kernel/scenario/*.go wasm/js/*.go; } | sha256sum | cut -c1-12)
+WASM_BUILD = $(shell { $(GO) version; echo $(GOWASM); cat go.mod kernel/*.go kernel/scenario/*.go wasm/js/*.go wasm/js/replay/*.go; } | sha256sum | cut -c1-12)
 WASM_LDFLAGS = -s -w -X main.build=$(WASM_BUILD)
+# Sign-extension and saturating float-to-int instructions (every current
+# browser, Node and wazero have them): about 30% faster kernel code.
+GOWASM := satconv,signext
 
 wasm:
-	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='$(WASM_LDFLAGS)' -o web/static/leaseplane.wasm ./wasm/js
+	GOOS=js GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -trimpath -ldflags='$(WASM_LDFLAGS)' -o web/static/leaseplane.wasm ./wasm/js
 	cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js
 	node wasm/js/compress.js web/static/leaseplane.wasm
 	mkdir -p wasm/wazero/run-make-wasm
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm ./wasm/wasip1
+	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm ./wasm/wasip1
 
 test: wasm check-generated test-go test-fuzz parity test-node test-browser
 	@echo "make test: all suites passed"
