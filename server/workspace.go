@@ -22,6 +22,8 @@ type workspace struct {
 	eng       kernel.Engine // nil until loaded
 	seq       int64         // last logged command applied to eng
 	sinceSnap int           // logged commands since the last snapshot
+	logBytes  int           // bytes logged since the last snapshot
+	snapBytes int           // size of the last snapshot
 	loaded    uint64        // gen at the last load
 	last      *ticket       // commit of the last change applied
 	closed    bool
@@ -114,6 +116,11 @@ func (s *Server) load(ws *workspace) error {
 		ws.seq = recs[n-1].Seq
 	}
 	ws.sinceSnap = len(recs)
+	ws.snapBytes = len(snap)
+	ws.logBytes = 0
+	for _, r := range recs {
+		ws.logBytes += len(r.Body) + logRowOverhead
+	}
 	ws.last = nil
 	ws.loaded = gen
 	ws.alarmAt = 0
@@ -124,6 +131,9 @@ func (s *Server) load(ws *workspace) error {
 }
 
 var emptyEvents = []byte("[]")
+
+// logRowOverhead is about what a log row costs beside its body.
+const logRowOverhead = 32
 
 // applied is a command's outcome, still to be made durable.
 type applied struct {
@@ -174,13 +184,20 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 			Status:    res.Status,
 		}
 		ws.sinceSnap++
-		if ws.sinceSnap >= s.cfg.SnapshotEvery {
+		ws.logBytes += len(body) + logRowOverhead
+		// A snapshot every SnapshotEvery commands, but never more often
+		// than one per a quarter of its own size logged: a huge state is
+		// not rewritten every few commands, and replay stays bounded by a
+		// fraction of the state's size.
+		if ws.sinceSnap >= s.cfg.SnapshotEvery && ws.logBytes >= ws.snapBytes/4 {
 			snap, err := ws.eng.Snapshot()
 			if err != nil {
 				s.log.Warn("snapshot failed; will try again", "workspace", ws.name, "err", err)
 			} else {
 				rec.Snapshot = snap
 				ws.sinceSnap = 0
+				ws.logBytes = 0
+				ws.snapBytes = len(snap)
 			}
 		}
 		t := s.commit.enqueue(ws, ws.loaded, rec, res.Events)
