@@ -377,6 +377,9 @@ func TestRestartRecovers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, snapSeq, recs, err := s2.store.Load(ctx, 1); err != nil || (snapEvery == 3) != (snapSeq > 0) || len(recs) == 0 {
+			t.Fatalf("snapshot every %d: snapshot at %d, %d commands after it, %v", snapEvery, snapSeq, len(recs), err)
+		}
 		_, got, _ := s2.Call(ctx, key, kernel.OpWait, nil)
 		if !bytes.Equal(got, want) {
 			t.Errorf("snapshot every %d: after restart\n%s\nwant\n%s", snapEvery, got, want)
