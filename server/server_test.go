@@ -366,7 +366,16 @@ func TestRestartRecovers(t *testing.T) {
 		}
 		s.Call(ctx, key, kernel.OpRelease, []byte(`{"resource":"c","actorDid":"did:example:x"}`))
 		s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"a","actorDid":"did:example:y"}`))
+		// A waiter, a deadlock pair, a suspended agent: all in the state.
+		s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"b","actorDid":"did:example:y"}`))
+		s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"z","actorDid":"did:example:y"}`))
+		s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"z","actorDid":"did:example:x"}`))
+		op, _, _ := s.store.CreateKey(store.Workspace{ID: 1, Name: "default"}, store.RoleOperator, "", 0)
+		if st, b, _ := s.Call(ctx, op, kernel.OpSuspend, []byte(`{"actorDid":"did:example:w"}`)); st != 200 {
+			t.Fatalf("suspend: %d %s", st, b)
+		}
 		_, want, _ := s.Call(ctx, key, kernel.OpWait, nil)
+		wantSnap := snapshotOf(t, s)
 		// A crash: no shutdown, no final snapshot. Only the log (and the
 		// periodic snapshots) remain.
 		s.commit.stop()
@@ -380,12 +389,37 @@ func TestRestartRecovers(t *testing.T) {
 		if _, snapSeq, recs, err := s2.store.Load(ctx, 1); err != nil || (snapEvery == 3) != (snapSeq > 0) || len(recs) == 0 {
 			t.Fatalf("snapshot every %d: snapshot at %d, %d commands after it, %v", snapEvery, snapSeq, len(recs), err)
 		}
+		if got := snapshotOf(t, s2); !bytes.Equal(got, wantSnap) {
+			t.Errorf("snapshot every %d: state after restart\n%s\nwant\n%s", snapEvery, got, wantSnap)
+		}
 		_, got, _ := s2.Call(ctx, key, kernel.OpWait, nil)
 		if !bytes.Equal(got, want) {
 			t.Errorf("snapshot every %d: after restart\n%s\nwant\n%s", snapEvery, got, want)
 		}
 		s2.Shutdown(ctx)
 	}
+}
+
+// snapshotOf is the whole state of workspace 1: leases, fences, waiters,
+// deadlock pairs, trust and suspensions.
+func snapshotOf(t *testing.T, s *Server) []byte {
+	t.Helper()
+	ws, err := s.workspace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	b, err := ws.eng.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, must := range []string{`"trustHalves":1`, `"waiters":[{`, `"suspended":true`} {
+		if !bytes.Contains(b, []byte(must)) {
+			t.Fatalf("the test's state lacks %s: %s", must, b)
+		}
+	}
+	return b
 }
 
 // FuzzRequest sends arbitrary bodies, methods and keys through the
