@@ -16,7 +16,16 @@ const url = serve.url + "/playground";
 const firstVerdict = async (page) => {
   await page.goto(url);
   await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
-  return page.evaluate(() => performance.getEntriesByName("lp:first-verdict")[0].startTime);
+  const m = await page.evaluate(() => Object.fromEntries(performance.getEntriesByType("mark").map((e) => [e.name, e.startTime])));
+  parts.push(m);
+  return m["lp:first-verdict"];
+};
+const parts = [];
+const breakdown = (ms) => {
+  const d = (a, b) => median(ms.map((m) => m[b] - m[a]));
+  const f = (x) => x.toFixed(0);
+  return `kernel.js starts ${f(median(ms.map((m) => m["lp:kernel-fetch"])))} ms, wasm compiled ${f(d("lp:kernel-fetch", "lp:kernel-compiled"))} ms later, ` +
+    `Go runtime ready ${f(d("lp:kernel-compiled", "lp:kernel-ready"))} ms later, first replay and render ${f(d("lp:kernel-ready", "lp:first-verdict"))} ms`;
 };
 try {
   const cold = [];
@@ -45,7 +54,9 @@ try {
   await b.close();
   const f = (x) => x.toFixed(1);
   console.log(`navigation to first verdict, cold cache: median ${f(median(cold))} ms (${cold.map(f).join(", ")})`);
+  console.log(`  medians: ${breakdown(parts.slice(0, 7))}`);
   console.log(`navigation to first verdict, warm cache: median ${f(median(warm))} ms (${warm.map(f).join(", ")})`);
+  console.log(`  medians: ${breakdown(parts.slice(8))}`);
   console.log(`herd of fifty, leaseplane.replay in the page: first call ${f(herdMs.first)} ms, then median ${f(herdMs.median)} ms, p90 ${f(herdMs.p90)} ms (50 runs)`);
 } finally {
   serve.stop();
