@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,4 +63,41 @@ func reportCommits(b *testing.B, s *Server) {
 			b.ReportMetric(1e3*h.GetSampleSum()/float64(h.GetSampleCount()), "ms/commit")
 		}
 	}
+}
+
+// BenchmarkHandlerPair is BenchmarkCallPair through the HTTP handler
+// (request parsing excluded: the requests are built beforehand), for the
+// handler's own cost and allocations.
+func BenchmarkHandlerPair(b *testing.B) {
+	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	key, _, err := s.Bootstrap("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	h := s.Handler()
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(1)
+		body := fmt.Sprintf(`{"resource":"lock:bench/%d","actorDid":"did:example:bench%d"}`, i, i)
+		for pb.Next() {
+			for _, path := range []string{RouteLease, RouteRelease} {
+				req := httptest.NewRequest("POST", path, strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+key)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatalf("%s: %d %s", path, w.Code, w.Body)
+				}
+			}
+		}
+	})
+	b.StopTimer()
+	reportCommits(b, s)
 }

@@ -73,12 +73,17 @@ func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []by
 	default:
 		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend or resume")}
 	}
-	c, err := kernel.DecodeRequest(op, 0, body)
-	if err != nil {
-		return reply{status: 400, answer: kernel.InvalidAnswer(err.Error())}
-	}
-	if k.Role == store.RoleAgent && op != kernel.OpWait && c.ActorDid != k.AgentDID {
-		return refusalActor(k.AgentDID, c.ActorDid)
+	if k.Role == store.RoleAgent && op != kernel.OpWait {
+		// Only an agent key needs the actorDid before the engine sees the
+		// command; for other keys the engine's own decoding refuses bad
+		// input with the same answer.
+		c, err := kernel.DecodeRequest(op, 0, body)
+		if err != nil {
+			return reply{status: 400, answer: kernel.InvalidAnswer(err.Error())}
+		}
+		if c.ActorDid != k.AgentDID {
+			return refusalActor(k.AgentDID, c.ActorDid)
+		}
 	}
 	ws, err := s.workspace(k.WorkspaceID)
 	if err != nil {
@@ -159,9 +164,9 @@ func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply
 	if key == "" {
 		return store.Key{}, refusal(401, ReasonUnauthorized, "missing key: send Authorization: Bearer KEY"), false
 	}
-	bad := refusal(401, ReasonUnauthorized, "unknown or revoked key")
+	bad := func() reply { return refusal(401, ReasonUnauthorized, "unknown or revoked key") }
 	if len(key) > maxKeyLen || !strings.HasPrefix(key, store.KeyPrefix) {
-		return store.Key{}, bad, false
+		return store.Key{}, bad(), false
 	}
 	now := s.cfg.Clock()
 	s.keys.mu.RLock()
@@ -181,7 +186,7 @@ func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply
 			delete(s.keys.entries, key)
 			s.keys.mu.Unlock()
 		}
-		return store.Key{}, bad, false
+		return store.Key{}, bad(), false
 	}
 	s.keys.mu.Lock()
 	if len(s.keys.entries) > 100000 {

@@ -554,3 +554,44 @@ func TestEngineFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestAlarmAfterRenewal: a renewal moves the lapse; the timer armed for the
+// old time finds nothing due, sends no tick, and the lease lapses at the
+// new time.
+func TestAlarmAfterRenewal(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	ticks := func() float64 {
+		mfs, _ := ts.s.metrics.reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "leaseplane_alarm_ticks_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return -1
+	}
+	if st, b := ts.lease("lock:a", "did:example:a"); st != 200 {
+		t.Fatalf("lease: %d %s", st, b)
+	}
+	ts.clock.Advance(10 * time.Second)
+	if st, b := ts.lease("lock:a", "did:example:a"); st != 200 {
+		t.Fatalf("renew: %d %s", st, b)
+	}
+	ts.clock.Advance(20 * time.Second) // the first grant's time: nothing due
+	if n := ticks(); n != 0 {
+		t.Fatalf("%v ticks before anything was due", n)
+	}
+	ws := ts.s.workspaces[1]
+	ws.mu.Lock()
+	at := ws.alarmAt
+	ws.mu.Unlock()
+	if at != 1_800_000_040_000 {
+		t.Fatalf("alarm armed for %d, want the renewed expiry 1800000040000", at)
+	}
+	ts.clock.Advance(10 * time.Second)
+	if n := ticks(); n != 1 {
+		t.Fatalf("%v ticks after the renewed expiry, want 1", n)
+	}
+	if bytes.Contains(ts.wait(), []byte("lock:a")) {
+		t.Fatal("the lease outlived its renewed expiry")
+	}
+}

@@ -234,10 +234,13 @@ func (s *Server) arm(ws *workspace) {
 		ok = false
 	}
 	if !ok {
-		ws.disarm()
+		// An armed timer may stay: when it fires it finds nothing due.
 		return
 	}
-	if at == ws.alarmAt && ws.alarmStop != nil {
+	if ws.alarmStop != nil && ws.alarmAt > 0 && ws.alarmAt <= at {
+		// The armed timer fires no later than needed; when it does, alarm
+		// re-arms for what is due then. Re-arming only for an earlier time
+		// spares a timer per command.
 		return
 	}
 	ws.disarm()
@@ -279,6 +282,16 @@ func (s *Server) alarm(ws *workspace, at int64) {
 	}
 	ws.alarmStop = nil
 	ws.alarmAt = 0
+	if at != 0 && ws.eng != nil && !ws.needsReload() {
+		next, ok, err := ws.eng.NextAlarm()
+		if err == nil && (!ok || next > s.cfg.Clock().UnixMilli()) {
+			// Nothing is due yet (what this timer was for was released or
+			// renewed): no tick, just a timer for what is due next.
+			s.arm(ws)
+			ws.mu.Unlock()
+			return
+		}
+	}
 	a := s.applyLocked(ws, kernel.OpTick, nil)
 	ws.mu.Unlock()
 	s.metrics.alarms.Inc()
