@@ -216,27 +216,28 @@ func serveAsset(w http.ResponseWriter, r *http.Request, a *assets, file string) 
 	h.Set("Content-Type", as.ctype)
 	h.Set("Vary", "Accept-Encoding")
 	h.Set("X-Content-Type-Options", "nosniff")
-	etag := `"` + as.hash + `"`
-	h.Set("ETag", etag)
 	if immutable {
 		h.Set("Cache-Control", "public, max-age=31536000, immutable")
 	} else {
 		h.Set("Cache-Control", "no-cache")
 	}
-	if inm := r.Header.Get("If-None-Match"); inm != "" && strings.Contains(inm, etag) {
+	// Each encoding is its own representation with its own ETag; any of
+	// them revalidates, since all carry the same bytes once decoded.
+	if inm := r.Header.Get("If-None-Match"); inm != "" && strings.Contains(inm, `"`+as.hash) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	body := as.raw
+	body, etag := as.raw, as.hash
 	br, gz := acceptedEncodings(r.Header.Get("Accept-Encoding"))
 	switch {
 	case br && as.br != nil:
 		h.Set("Content-Encoding", "br")
-		body = as.br
+		body, etag = as.br, as.hash+".br"
 	case gz && compressible(as.ctype):
 		h.Set("Content-Encoding", "gzip")
-		body = as.gzipped()
+		body, etag = as.gzipped(), as.hash+".gz"
 	}
+	h.Set("ETag", `"`+etag+`"`)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodHead {
 		return

@@ -336,7 +336,10 @@ func TestServeAsset(t *testing.T) {
 			t.Errorf("%s: wrong body (%d bytes)", tc.name, len(body))
 		}
 	}
-	if res := get(w.hashed, "br", `"`+w.hash+`"`); res.StatusCode != http.StatusNotModified {
+	if e := get(w.hashed, "br", "").Header.Get("ETag"); e != `"`+w.hash+`.br"` {
+		t.Errorf("brotli ETag %s, want the hash with .br", e)
+	}
+	if res := get(w.hashed, "br", `"`+w.hash+`.gz"`); res.StatusCode != http.StatusNotModified {
 		t.Errorf("If-None-Match with the hash: %d, want 304", res.StatusCode)
 	}
 	if res := get("leaseplane.0000.wasm", "", ""); res.StatusCode != http.StatusNotFound {
