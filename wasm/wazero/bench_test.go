@@ -65,3 +65,30 @@ func BenchmarkReplayRandom(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRestore restores a busy machine's snapshot into a new engine
+// and closes it: what waking a hibernated workspace costs.
+func BenchmarkRestore(b *testing.B) {
+	s, err := scenario.Parse(scenario.Random(7))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := kernel.Native.New(s.Rules)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, step := range s.Steps {
+		e.Step(step)
+	}
+	snap, _ := e.Snapshot()
+	b.Logf("snapshot of %d bytes", len(snap))
+	benchEngines(b, func(b *testing.B, f kernel.Factory) {
+		for b.Loop() {
+			r, err := f.Restore(snap)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Close()
+		}
+	})
+}
