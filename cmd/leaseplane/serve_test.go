@@ -531,198 +531,226 @@ type grant struct {
 // answered before.
 func TestServeKill9(t *testing.T) {
 	for _, engine := range engineList() {
-		t.Run(engine, func(t *testing.T) {
-			data := t.TempDir()
-			c := startChild(t, engine, data)
-			key := c.key
-			const clients, resources = 16, 6
-			type clientState struct {
-				lastGrant *grant // acknowledged and not acknowledged released
-				inflight  string // "acquire" or "release" while a request is out
-				inflRes   string
-			}
-			var mu sync.Mutex
-			var grants []grant
-			states := make([]clientState, clients)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			hc := &http.Client{Timeout: 10 * time.Second}
-			post := func(path, body string) (int, map[string]any, error) {
-				req, _ := http.NewRequest("POST", c.url+path, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+key)
-				resp, err := hc.Do(req)
-				if err != nil {
-					return 0, nil, err
-				}
-				defer resp.Body.Close()
-				var m map[string]any
-				err = json.NewDecoder(resp.Body).Decode(&m)
-				return resp.StatusCode, m, err
-			}
-			// Grants that are never released: each must survive the kill.
-			var holds []grant
-			for i := 0; i < 4; i++ {
-				res, did := fmt.Sprintf("lock:keep%d", i), fmt.Sprintf("did:example:keeper%d", i)
-				st, m, err := post("/api/v1/acp/coordination/lease", `{"resource":"`+res+`","actorDid":"`+did+`"}`)
-				if err != nil || st != 200 {
-					t.Fatalf("keeper grant: %d %v %v", st, m, err)
-				}
-				l := m["lease"].(map[string]any)
-				holds = append(holds, grant{res, did, l["id"].(string), int64(l["fence"].(float64))})
-			}
-			for i := 0; i < clients; i++ {
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					did := fmt.Sprintf("did:example:worker%d", i)
-					for n := 0; ; n++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						res := fmt.Sprintf("lock:r%d", (i+n)%resources)
-						body := `{"resource":"` + res + `","actorDid":"` + did + `"}`
-						mu.Lock()
-						states[i].inflight, states[i].inflRes = "acquire", res
-						mu.Unlock()
-						st, m, err := post("/api/v1/acp/coordination/lease", body)
-						if err != nil {
-							return // the server is gone; the request stays in flight
-						}
-						mu.Lock()
-						states[i].inflight = ""
-						if st == 200 {
-							l := m["lease"].(map[string]any)
-							g := grant{res, did, l["id"].(string), int64(l["fence"].(float64))}
-							grants = append(grants, g)
-							states[i].lastGrant = &g
-							states[i].inflight, states[i].inflRes = "release", res
-						}
-						mu.Unlock()
-						if st != 200 {
-							continue
-						}
-						st, _, err = post("/api/v1/acp/coordination/release", body)
-						if err != nil {
-							return
-						}
-						mu.Lock()
-						states[i].inflight = ""
-						if st == 200 {
-							states[i].lastGrant = nil
-						}
-						mu.Unlock()
-					}
-				}(i)
-			}
-			time.Sleep(1500 * time.Millisecond)
-			if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			c.cmd.Wait()
-			close(stop)
-			wg.Wait()
+		t.Run(engine, func(t *testing.T) { stopUnderLoad(t, engine, syscall.SIGKILL) })
+	}
+}
+
+// TestServeSIGTERMUnderLoad stops the server gracefully under load: it
+// exits 0, no request gets a 5xx, and the restart finds every answered
+// grant.
+func TestServeSIGTERMUnderLoad(t *testing.T) {
+	for _, engine := range engineList() {
+		t.Run(engine, func(t *testing.T) { stopUnderLoad(t, engine, syscall.SIGTERM) })
+	}
+}
+
+// stopUnderLoad runs 16 clients of acquire+release against a child
+// server, stops it with sig, restarts it on the same folder and checks
+// what it kept.
+func stopUnderLoad(t *testing.T, engine string, sig syscall.Signal) {
+	data := t.TempDir()
+	c := startChild(t, engine, data)
+	key := c.key
+	const clients, resources = 16, 6
+	type clientState struct {
+		lastGrant *grant // acknowledged and not acknowledged released
+		inflight  string // "acquire" or "release" while a request is out
+		inflRes   string
+	}
+	var mu sync.Mutex
+	var grants []grant
+	fivexx := 0
+	states := make([]clientState, clients)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	hc := &http.Client{Timeout: 10 * time.Second}
+	post := func(path, body string) (int, map[string]any, error) {
+		req, _ := http.NewRequest("POST", c.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		if resp.StatusCode >= 500 {
 			mu.Lock()
-			defer mu.Unlock()
-			if len(grants) < 20 {
-				t.Fatalf("only %d grants before the kill: the load did not run", len(grants))
-			}
-			// Nothing granted twice: (resource, fence) and lease ids unique.
-			maxFence := map[string]int64{}
-			seen := map[string]bool{}
-			for _, g := range grants {
-				k := fmt.Sprintf("%s#%d", g.resource, g.fence)
-				if seen[k] {
-					t.Fatalf("fence %d of %s granted twice", g.fence, g.resource)
+			fivexx++
+			mu.Unlock()
+		}
+		return resp.StatusCode, m, err
+	}
+	// Grants that are never released: each must survive the kill.
+	var holds []grant
+	for i := 0; i < 4; i++ {
+		res, did := fmt.Sprintf("lock:keep%d", i), fmt.Sprintf("did:example:keeper%d", i)
+		st, m, err := post("/api/v1/acp/coordination/lease", `{"resource":"`+res+`","actorDid":"`+did+`"}`)
+		if err != nil || st != 200 {
+			t.Fatalf("keeper grant: %d %v %v", st, m, err)
+		}
+		l := m["lease"].(map[string]any)
+		holds = append(holds, grant{res, did, l["id"].(string), int64(l["fence"].(float64))})
+	}
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			did := fmt.Sprintf("did:example:worker%d", i)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
 				}
-				seen[k] = true
-				maxFence[g.resource] = max(maxFence[g.resource], g.fence)
-			}
-			c2 := startChild(t, engine, data)
-			if c2.key != "" {
-				t.Fatal("restart made a new first key: the data folder was lost")
-			}
-			c = c2
-			req, _ := http.NewRequest("GET", c.url+"/api/v1/acp/coordination/wait", nil)
-			req.Header.Set("Authorization", "Bearer "+key)
-			resp, err := hc.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var w struct {
-				Queues []struct {
-					Resource string
-					Holders  []struct {
-						ID, Holder string
-						Fence      int64
-					}
+				res := fmt.Sprintf("lock:r%d", (i+n)%resources)
+				body := `{"resource":"` + res + `","actorDid":"` + did + `"}`
+				mu.Lock()
+				states[i].inflight, states[i].inflRes = "acquire", res
+				mu.Unlock()
+				st, m, err := post("/api/v1/acp/coordination/lease", body)
+				if err != nil {
+					return // the server is gone; the request stays in flight
 				}
-			}
-			json.NewDecoder(resp.Body).Decode(&w)
-			resp.Body.Close()
-			held := map[string]grant{} // by resource
-			for _, q := range w.Queues {
-				for _, h := range q.Holders {
-					held[q.Resource] = grant{q.Resource, h.Holder, h.ID, h.Fence}
+				mu.Lock()
+				states[i].inflight = ""
+				if st == 200 {
+					l := m["lease"].(map[string]any)
+					g := grant{res, did, l["id"].(string), int64(l["fence"].(float64))}
+					grants = append(grants, g)
+					states[i].lastGrant = &g
+					states[i].inflight, states[i].inflRes = "release", res
 				}
-			}
-			kept := 0
-			for _, g := range holds {
-				if held[g.resource] != g {
-					t.Errorf("%s was granted %s (fence %d) before the kill; after the restart the holder is %+v",
-						g.holder, g.resource, g.fence, held[g.resource])
-				}
-				delete(held, g.resource)
-				kept++
-			}
-			for i, st := range states {
-				did := fmt.Sprintf("did:example:worker%d", i)
-				if g := st.lastGrant; g != nil {
-					h, ok := held[g.resource]
-					switch {
-					case ok && h == *g:
-						kept++
-					case st.inflight == "release" && (!ok || h.fence > g.fence):
-						// the release was applied (and maybe another grant
-						// followed); the answers were lost to the kill
-					default:
-						t.Errorf("%s was granted %s (fence %d, %s) and did not release it; after the restart the holder is %+v",
-							did, g.resource, g.fence, g.id, h)
-					}
-				}
-			}
-			for res, h := range held {
-				i := 0
-				fmt.Sscanf(h.holder, "did:example:worker%d", &i)
-				st := states[i]
-				if st.lastGrant != nil && *st.lastGrant == h {
+				mu.Unlock()
+				if st != 200 {
 					continue
 				}
-				if st.inflight == "acquire" && st.inflRes == res && h.fence > maxFence[res] {
-					continue // granted but its answer was lost to the kill
+				st, _, err = post("/api/v1/acp/coordination/release", body)
+				if err != nil {
+					return
 				}
-				t.Errorf("after the restart %s holds %s with fence %d, which no answer granted", h.holder, res, h.fence)
+				mu.Lock()
+				states[i].inflight = ""
+				if st == 200 {
+					states[i].lastGrant = nil
+				}
+				mu.Unlock()
 			}
-			// New grants continue above every fence answered before.
-			for r := 0; r < resources; r++ {
-				res := fmt.Sprintf("lock:r%d", r)
-				if h, ok := held[res]; ok {
-					if st, _, err := post("/api/v1/acp/coordination/release", `{"resource":"`+res+`","actorDid":"`+h.holder+`"}`); err != nil || st != 200 {
-						t.Fatalf("release %s after restart: %d %v", res, st, err)
-					}
-				}
-				st, m, err := post("/api/v1/acp/coordination/lease", `{"resource":"`+res+`","actorDid":"did:example:after"}`)
-				if err != nil || st != 200 {
-					t.Fatalf("grant %s after restart: %d %v %v", res, st, m, err)
-				}
-				if f := int64(m["lease"].(map[string]any)["fence"].(float64)); f <= maxFence[res] {
-					t.Errorf("%s: fence %d after restart, but %d was answered before the kill", res, f, maxFence[res])
-				}
-			}
-			t.Logf("%d grants before SIGKILL; %d unreleased grants all kept", len(grants), kept)
-		})
+		}(i)
 	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	werr := c.cmd.Wait()
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if sig == syscall.SIGTERM {
+		if werr != nil {
+			t.Fatalf("serve after SIGTERM: %v (want exit status 0)", werr)
+		}
+		if fivexx > 0 {
+			t.Fatalf("%d requests were answered 5xx during the graceful stop", fivexx)
+		}
+	}
+	if len(grants) < 20 {
+		t.Fatalf("only %d grants before the kill: the load did not run", len(grants))
+	}
+	// Nothing granted twice: (resource, fence) and lease ids unique.
+	maxFence := map[string]int64{}
+	seen := map[string]bool{}
+	for _, g := range grants {
+		k := fmt.Sprintf("%s#%d", g.resource, g.fence)
+		if seen[k] {
+			t.Fatalf("fence %d of %s granted twice", g.fence, g.resource)
+		}
+		seen[k] = true
+		maxFence[g.resource] = max(maxFence[g.resource], g.fence)
+	}
+	c2 := startChild(t, engine, data)
+	if c2.key != "" {
+		t.Fatal("restart made a new first key: the data folder was lost")
+	}
+	c = c2
+	req, _ := http.NewRequest("GET", c.url+"/api/v1/acp/coordination/wait", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w struct {
+		Queues []struct {
+			Resource string
+			Holders  []struct {
+				ID, Holder string
+				Fence      int64
+			}
+		}
+	}
+	json.NewDecoder(resp.Body).Decode(&w)
+	resp.Body.Close()
+	held := map[string]grant{} // by resource
+	for _, q := range w.Queues {
+		for _, h := range q.Holders {
+			held[q.Resource] = grant{q.Resource, h.Holder, h.ID, h.Fence}
+		}
+	}
+	kept := 0
+	for _, g := range holds {
+		if held[g.resource] != g {
+			t.Errorf("%s was granted %s (fence %d) before the kill; after the restart the holder is %+v",
+				g.holder, g.resource, g.fence, held[g.resource])
+		}
+		delete(held, g.resource)
+		kept++
+	}
+	for i, st := range states {
+		did := fmt.Sprintf("did:example:worker%d", i)
+		if g := st.lastGrant; g != nil {
+			h, ok := held[g.resource]
+			switch {
+			case ok && h == *g:
+				kept++
+			case st.inflight == "release" && (!ok || h.fence > g.fence):
+				// the release was applied (and maybe another grant
+				// followed); the answers were lost to the kill
+			default:
+				t.Errorf("%s was granted %s (fence %d, %s) and did not release it; after the restart the holder is %+v",
+					did, g.resource, g.fence, g.id, h)
+			}
+		}
+	}
+	for res, h := range held {
+		i := 0
+		fmt.Sscanf(h.holder, "did:example:worker%d", &i)
+		st := states[i]
+		if st.lastGrant != nil && *st.lastGrant == h {
+			continue
+		}
+		if st.inflight == "acquire" && st.inflRes == res && h.fence > maxFence[res] {
+			continue // granted but its answer was lost to the kill
+		}
+		t.Errorf("after the restart %s holds %s with fence %d, which no answer granted", h.holder, res, h.fence)
+	}
+	// New grants continue above every fence answered before.
+	for r := 0; r < resources; r++ {
+		res := fmt.Sprintf("lock:r%d", r)
+		if h, ok := held[res]; ok {
+			if st, _, err := post("/api/v1/acp/coordination/release", `{"resource":"`+res+`","actorDid":"`+h.holder+`"}`); err != nil || st != 200 {
+				t.Fatalf("release %s after restart: %d %v", res, st, err)
+			}
+		}
+		st, m, err := post("/api/v1/acp/coordination/lease", `{"resource":"`+res+`","actorDid":"did:example:after"}`)
+		if err != nil || st != 200 {
+			t.Fatalf("grant %s after restart: %d %v %v", res, st, m, err)
+		}
+		if f := int64(m["lease"].(map[string]any)["fence"].(float64)); f <= maxFence[res] {
+			t.Errorf("%s: fence %d after restart, but %d was answered before the kill", res, f, maxFence[res])
+		}
+	}
+	t.Logf("%d grants before %v; %d unreleased grants all kept", len(grants), sig, kept)
 }
 
 // TestServeBadInput runs the server's table of malformed requests
