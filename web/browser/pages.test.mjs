@@ -67,6 +67,7 @@ describe("served by leaseplane serve", () => {
   test("playground: every corpus scenario through the UI equals leaseplane replay (browser parity)", async () => {
     const { page, reqs, errors } = await openPlayground(serve.url + "/playground");
     await shot(page, "playground-first-load");
+    assert.match(await page.locator("#kernel-version[data-ready]").textContent(), /^kernel \d+\.\d+\.\d+ · build [0-9a-f]{6,}$/);
     const names = await page.$$eval("#example option[value]:not([value=''])", (os) => os.map((o) => o.value));
     for (const name of expected.keys()) assert.ok(names.includes(name), `the examples menu lacks ${name} (run make generate)`);
     let i = 0;
