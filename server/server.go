@@ -85,6 +85,9 @@ type Config struct {
 	// KeyCacheTTL is how long a looked-up key is trusted before it is read
 	// again (so a revocation takes effect within it); 0 means 2 s.
 	KeyCacheTTL time.Duration
+	// FirstRules are the kernel rules ({"readShared": [...]}) of the
+	// workspace Bootstrap creates; empty means none.
+	FirstRules []byte
 	// CommitFault, when set, is called before each commit; a non-nil error
 	// fails the commit as a disk write failure would. A seam for tests.
 	CommitFault func() error
@@ -307,7 +310,12 @@ func (s *Server) Bootstrap(name string) (key string, created bool, err error) {
 		return "", false, nil
 	}
 	now := s.cfg.Clock().UnixMilli()
-	w, _, err := s.store.EnsureWorkspace(name, nil, now)
+	if len(s.cfg.FirstRules) > 0 {
+		if _, err := kernel.ParseRules(s.cfg.FirstRules); err != nil {
+			return "", false, fmt.Errorf("server: rules of the first workspace: %w", err)
+		}
+	}
+	w, _, err := s.store.EnsureWorkspace(name, s.cfg.FirstRules, now)
 	if err != nil {
 		return "", false, err
 	}

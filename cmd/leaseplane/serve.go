@@ -61,6 +61,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	engine := fs.String("engine", defaultEngine, "engine to run each workspace's kernel in: native or wasm")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines instead of text")
+	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
 		fs.PrintDefaults()
@@ -96,11 +97,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		return 1
 	}
 	srv, err := server.New(server.Config{
-		DataDir:   *data,
-		Engine:    factory,
-		Logger:    logger,
-		Clock:     env.clock,
-		AfterFunc: env.afterFunc,
+		DataDir:    *data,
+		Engine:     factory,
+		Logger:     logger,
+		Clock:      env.clock,
+		AfterFunc:  env.afterFunc,
+		FirstRules: []byte(*rules),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane serve: %v\n", err)
