@@ -15,8 +15,8 @@
 //
 //	lp_abi_version() u32                         -> 1
 //	lp_buffer(size u32) u32                      -> ptr of the input buffer
-//	lp_new(n u32) u64                            rules JSON in input[0:n]
-//	lp_restore(n u32) u64                        snapshot JSON in input[0:n]
+//	lp_new(n u32) u64                            rules JSON in input[0:n]; 0 or an error
+//	lp_restore(n u32) u64                        snapshot JSON in input[0:n]; 0 or an error
 //	lp_step(n u32) u64                           scenario step in input[0:n]
 //	lp_apply(opLen u32, nowMs i64, n u32) u64    op in input[0:opLen], REST body
 //	                                             in input[opLen:opLen+n]
@@ -50,6 +50,10 @@
 //	answerPtr u32, answerLen u32, eventsPtr u32, eventsLen u32
 //
 // whose answer and events regions follow the same lifetime rule.
+//
+// Calls before lp_new or lp_restore answer the error "no machine"; lp_new
+// and lp_restore replace any machine the instance held, and lp_reset drops
+// it, so a host can reuse an instance for another workspace.
 package main
 
 import (
