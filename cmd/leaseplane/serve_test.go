@@ -638,7 +638,16 @@ func stopUnderLoad(t *testing.T, engine string, sig syscall.Signal) {
 			}
 		}(i)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Stop once the load has run a while: at least 1 s and 200 grants, at
+	// most 10 s (a slow machine).
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
+		mu.Lock()
+		n := len(grants)
+		mu.Unlock()
+		if n >= 200 && time.Since(start) >= time.Second {
+			break
+		}
+	}
 	if err := c.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
