@@ -60,9 +60,12 @@ test-node: wasm
 	node --test server/mcp/mcp.test.mjs
 
 # test-browser drives Debian's chromium with playwright-core through the
-# playground and the docs, served by `leaseplane serve` and as a static site.
+# playground and the docs, served by `leaseplane serve` and as a static site,
+# and runs the docs' recipes (curl and jq, Node, Python requests) as printed.
 test-browser: wasm
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	{ command -v jq && command -v curl && python3 -c 'import requests'; } >/dev/null 2>&1 || \
+		(apt-get update && apt-get install -y jq curl python3 python3-requests)
 	test -d node_modules/playwright-core || npm ci
 	node --test web/browser/
 

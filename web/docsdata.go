@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,55 +118,28 @@ func referenceLive() []LiveExample {
 	}
 }
 
+// recipeFS holds the recipes' code as files, so the browser tests can run
+// them against a real server exactly as the docs print them.
+//
+//go:embed recipes
+var recipeFS embed.FS
+
+func recipeCode(name string) string {
+	b, err := recipeFS.ReadFile("recipes/" + name)
+	if err != nil {
+		panic("web: missing recipe file " + name) // embedded: a build mistake
+	}
+	return strings.TrimRight(string(b), "\n")
+}
+
 func recipes() []Recipe {
-	base := "http://127.0.0.1:8080/api/v1/acp/coordination"
 	return []Recipe{
 		{
 			ID: "take-and-release", Title: "Take a lease and release it",
-			Lead: "Ask for the slot as the agent that wants it; a free resource answers with a lease. Do the work, then release it with the lease id, which raises the agent's trust score by 0.5.",
-			Curl: `curl -sS -X POST ` + base + `/lease \
-  -H "Authorization: Bearer $LEASEPLANE_KEY" \
-  -H "Content-Type: application/json" \
-  -d '{"resource": "` + slot + `", "actorDid": "` + didRelease + `"}'
-
-# ... deploy ...
-
-curl -sS -X POST ` + base + `/release \
-  -H "Authorization: Bearer $LEASEPLANE_KEY" \
-  -H "Content-Type: application/json" \
-  -d '{"resource": "` + slot + `", "actorDid": "` + didRelease + `", "leaseId": "LEASE_ID"}'`,
-			JS: `const API = "` + base + `";
-const headers = {
-  Authorization: ` + "`Bearer ${process.env.LEASEPLANE_KEY}`" + `,
-  "Content-Type": "application/json",
-};
-const who = { resource: "` + slot + `", actorDid: "` + didRelease + `" };
-
-const res = await fetch(` + "`${API}/lease`" + `, { method: "POST", headers, body: JSON.stringify(who) });
-const got = await res.json();
-if (!got.ok) throw new Error(` + "`refused: ${got.reason}`" + `);
-try {
-  // ... deploy ...
-} finally {
-  await fetch(` + "`${API}/release`" + `, {
-    method: "POST", headers,
-    body: JSON.stringify({ ...who, leaseId: got.lease.id }),
-  });
-}`,
-			Py: `import os, requests
-
-API = "` + base + `"
-headers = {"Authorization": "Bearer " + os.environ["LEASEPLANE_KEY"]}
-who = {"resource": "` + slot + `", "actorDid": "` + didRelease + `"}
-
-got = requests.post(API + "/lease", headers=headers, json=who, timeout=10).json()
-if not got["ok"]:
-    raise SystemExit("refused: " + got["reason"])
-try:
-    pass  # ... deploy ...
-finally:
-    requests.post(API + "/release", headers=headers,
-                  json={**who, "leaseId": got["lease"]["id"]}, timeout=10)`,
+			Lead: "Ask for the slot as the agent that wants it; a free resource answers with a lease. Do the work, then release it with the lease id, which raises the agent's trust score by 0.5. The code reads the plane's address from LEASEPLANE_URL and a key from LEASEPLANE_KEY, which leaseplane serve prints on its first start.",
+			Curl: recipeCode("take-and-release.sh"),
+			JS:   recipeCode("take-and-release.mjs"),
+			Py:   recipeCode("take-and-release.py"),
 			Live: LiveExample{ID: "recipe-take-and-release", Title: "Take a lease and release it",
 				Scenario: `{"rules": {"readShared": []},
  "steps": [
@@ -177,45 +151,9 @@ finally:
 		{
 			ID: "queue-for-the-slot", Title: "Queue for the production deploy slot",
 			Lead: "When another agent holds the slot, the refusal names it and says in stampede.waitMs how long to back off. Sleep that long and ask again; stop on deadlock, which means you hold something the holder waits for: release it first.",
-			Curl: `# One try; the 409 body carries holder and stampede.waitMs, and the
-# Retry-After header the same back-off in whole seconds.
-curl -sS -i -X POST ` + base + `/lease \
-  -H "Authorization: Bearer $LEASEPLANE_KEY" \
-  -H "Content-Type: application/json" \
-  -d '{"resource": "` + slot + `", "actorDid": "` + didCost + `"}'`,
-			JS: `const API = "` + base + `";
-const headers = {
-  Authorization: ` + "`Bearer ${process.env.LEASEPLANE_KEY}`" + `,
-  "Content-Type": "application/json",
-};
-const ask = { resource: "` + slot + `", actorDid: "` + didCost + `" };
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-let lease = null;
-for (let attempt = 0; attempt < 40 && !lease; attempt++) {
-  const res = await fetch(` + "`${API}/lease`" + `, { method: "POST", headers, body: JSON.stringify(ask) });
-  const got = await res.json();
-  if (got.ok) lease = got.lease;
-  else if (got.reason === "lease_held") await sleep(got.stampede.waitMs);
-  else throw new Error(` + "`${got.reason}: ${got.error ?? \"\"}`" + `); // deadlock: release what you hold
-}
-console.log(lease ? ` + "`deploying with fence ${lease.fence}`" + ` : "gave up");`,
-			Py: `import os, time, requests
-
-API = "` + base + `"
-headers = {"Authorization": "Bearer " + os.environ["LEASEPLANE_KEY"]}
-ask = {"resource": "` + slot + `", "actorDid": "` + didCost + `"}
-
-lease = None
-for attempt in range(40):
-    got = requests.post(API + "/lease", headers=headers, json=ask, timeout=10).json()
-    if got["ok"]:
-        lease = got["lease"]
-        break
-    if got["reason"] != "lease_held":
-        raise SystemExit(got["reason"] + ": " + got.get("error", ""))  # deadlock
-    time.sleep(got["stampede"]["waitMs"] / 1000)
-print("deploying with fence", lease["fence"] if lease else "gave up")`,
+			Curl: recipeCode("queue-for-the-slot.sh"),
+			JS:   recipeCode("queue-for-the-slot.mjs"),
+			Py:   recipeCode("queue-for-the-slot.py"),
 			Live: LiveExample{ID: "recipe-queue-for-the-slot", Title: "Queue for the production deploy slot",
 				Scenario: `{"rules": {"readShared": []},
  "steps": [

@@ -42,7 +42,8 @@ export function startServe(bin, tmp) {
     proc.stdout.on("data", (d) => {
       out += d;
       const m = out.match(/export LEASEPLANE_URL=(\S+)/);
-      if (m) { clearTimeout(timer); resolve({ url: m[1], stop: () => proc.kill("SIGTERM") }); }
+      const key = out.match(/export LEASEPLANE_KEY=(\S+)/);
+      if (m) { clearTimeout(timer); resolve({ url: m[1], key: key && key[1], stop: () => proc.kill("SIGTERM") }); }
     });
     proc.on("exit", (code) => { clearTimeout(timer); reject(new Error(`leaseplane serve exited ${code}: ${err}`)); });
   });

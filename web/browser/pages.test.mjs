@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { execFileSync } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { buildBinary, launch, replayAll, shot, startServe, staticServer, watchRequests } from "./harness.mjs";
 
@@ -201,6 +201,52 @@ describe("served by leaseplane serve", () => {
     assert.match(await page.locator("#verdicts tr[data-step='4']").textContent(), /granted.*fence\s*2/s);
     await page.close();
   });
+});
+
+describe("the docs' recipes, run as printed against leaseplane serve", () => {
+  const unescape = (s) => s.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&#34;/g, '"').replace(/&#39;/g, "'").replace(/&quot;/g, '"').replace(/&amp;/g, "&");
+  const runners = { curl: ["bash", ".sh"], js: ["node", ".mjs"], py: ["python3", ".py"] };
+  const api = (p, body) => fetch(`${serve.url}/api/v1/acp/coordination/${p}`, {
+    method: "POST", headers: { Authorization: `Bearer ${serve.key}`, "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const slot = "lock:deploy/production";
+  let html;
+  const code = (id) => {
+    const m = html.match(new RegExp(`<div role="tabpanel" id="${id}"[^>]*><pre class="code">([\\s\\S]*?)</pre>`));
+    assert.ok(m, `no code panel #${id}`);
+    return unescape(m[1]);
+  };
+  const runCode = (lang, text) => new Promise((resolve) => {
+    const [cmd, ext] = runners[lang];
+    const file = path.join(tmp, `recipe-${lang}${ext}`);
+    fs.writeFileSync(file, text + "\n");
+    execFile(cmd, [file], { env: { ...process.env, LEASEPLANE_URL: serve.url, LEASEPLANE_KEY: serve.key }, timeout: 30000 },
+      (err, stdout, stderr) => resolve({ code: err ? err.code ?? 1 : 0, stdout, stderr }));
+  });
+
+  before(async () => {
+    assert.ok(serve.key, "leaseplane serve printed no key on its first start");
+    html = await (await fetch(serve.url + "/docs")).text();
+  });
+
+  for (const lang of Object.keys(runners)) {
+    test(`take a lease and release it (${lang})`, async () => {
+      const r = await runCode(lang, code(`take-and-release-${lang}`));
+      assert.equal(r.code, 0, r.stderr + r.stdout);
+      assert.match(r.stdout, /"released":\s*true|released: true|released: True/);
+    });
+    test(`queue for the production deploy slot (${lang})`, async () => {
+      const held = await (await api("lease", { resource: slot, actorDid: "did:web:acme.example:agent:release" })).json();
+      assert.equal(held.ok, true, JSON.stringify(held));
+      const running = runCode(lang, code(`queue-for-the-slot-${lang}`));
+      await new Promise((r) => setTimeout(r, 400));
+      await api("release", { resource: slot, actorDid: "did:web:acme.example:agent:release" });
+      const r = await running;
+      assert.equal(r.code, 0, r.stderr + r.stdout);
+      assert.match(r.stdout, new RegExp(`deploying with fence ${held.lease.fence + 1}\\b`));
+      const rel = await (await api("release", { resource: slot, actorDid: "did:web:acme.example:agent:cost" })).json();
+      assert.equal(rel.released, true);
+    });
+  }
 });
 
 describe("leaseplane site output on a plain static host", () => {
