@@ -189,7 +189,7 @@ func TestParity(t *testing.T) {
 		inputs = append(inputs, input{name: "random seed " + strconv.FormatInt(s, 10), seed: s, data: scenario.Random(s)})
 	}
 
-	wz, err := wazero.NewFactory(context.Background(), wazero.Options{})
+	wz, err := wazero.NewFactory(context.Background(), wazero.Options{CacheDir: cacheDir()})
 	if err != nil {
 		t.Fatalf("wazero: %v", err)
 	}
@@ -287,4 +287,14 @@ func shrink(t *testing.T, wz kernel.Factory, nd *node, in []byte) []byte {
 		}
 		return !n.equal(replay(wz, s)) || !n.agrees(j)
 	})
+}
+
+// cacheDir is where `leaseplane replay --engine wasm` keeps compiled code
+// too, so a run after the first skips the seconds of compiling.
+func cacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "leaseplane", "wazero")
 }

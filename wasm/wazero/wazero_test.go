@@ -24,7 +24,13 @@ var (
 func wasmFactory(t testing.TB) *wazero.Factory {
 	t.Helper()
 	factoryOnce.Do(func() {
-		factory, factoryErr = wazero.NewFactory(context.Background(), wazero.Options{})
+		// The cache `leaseplane replay --engine wasm` uses; TestCacheDir
+		// covers a cold one.
+		dir, err := os.UserCacheDir()
+		if err == nil {
+			dir = filepath.Join(dir, "leaseplane", "wazero")
+		}
+		factory, factoryErr = wazero.NewFactory(context.Background(), wazero.Options{CacheDir: dir})
 	})
 	if factoryErr != nil {
 		t.Fatalf("NewFactory: %v", factoryErr)
