@@ -2,14 +2,26 @@ package wazero
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 )
+
+// sharedCache is the compilation cache `leaseplane replay --engine wasm`
+// uses, so tests after the first skip the seconds of compiling.
+func sharedCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "leaseplane", "wazero")
+}
 
 // BenchmarkInstantiate starts and frees an instance with no pool: the cost
 // one workspace pays to get an engine of its own. linear-bytes is the
 // instance's memory after it has started a machine.
 func BenchmarkInstantiate(b *testing.B) {
-	f, err := NewFactory(context.Background(), Options{MaxIdle: -1})
+	f, err := NewFactory(context.Background(), Options{MaxIdle: -1, CacheDir: sharedCache()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +72,7 @@ func BenchmarkNewFactory(b *testing.B) {
 // engine with a fresh machine, and that a full pool frees instances.
 func TestPoolReuse(t *testing.T) {
 	ctx := context.Background()
-	f, err := NewFactory(ctx, Options{MaxIdle: 1})
+	f, err := NewFactory(ctx, Options{MaxIdle: 1, CacheDir: sharedCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
