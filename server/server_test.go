@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -593,5 +594,53 @@ func TestAlarmAfterRenewal(t *testing.T) {
 	}
 	if bytes.Contains(ts.wait(), []byte("lock:a")) {
 		t.Fatal("the lease outlived its renewed expiry")
+	}
+}
+
+// TestGroupCommit: commands that arrive while a commit is under way share
+// the next one. The first commit is held until 31 more commands wait in
+// the queue; they then go to disk in one transaction.
+func TestGroupCommit(t *testing.T) {
+	clock := newFakeClock()
+	var commits atomic.Int32 // set to 1 after Bootstrap, which logs no command
+	hold := make(chan struct{})
+	s, err := New(Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,
+		CommitFault: func() error {
+			if commits.Add(1) == 2 { // the first command's commit
+				<-hold
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	key, _, _ := s.Bootstrap("default")
+	commits.Store(1)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	call := func(i int) {
+		defer wg.Done()
+		body := []byte(fmt.Sprintf(`{"resource":"lock:%d","actorDid":"did:example:a%d"}`, i, i))
+		if st, b, _ := s.Call(ctx, key, kernel.OpAcquire, body); st != 200 {
+			t.Errorf("acquire %d: %d %s", i, st, b)
+		}
+	}
+	wg.Add(1)
+	go call(0)
+	for commits.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < 32; i++ {
+		wg.Add(1)
+		go call(i)
+	}
+	for len(s.commit.in) < 31 {
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	wg.Wait()
+	if n := commits.Load() - 1; n != 2 {
+		t.Fatalf("32 commands took %d commits, want 2 (1, then 31 together)", n)
 	}
 }
