@@ -40,12 +40,19 @@
 //
 // # Events
 //
-// Every kernel event goes to the append-only events table through a
-// bounded queue that never blocks: when it is full the event is dropped and
-// counted (leaseplane_events_dropped_total). The committer writes queued
-// events inside the next transaction, in a savepoint, so a failing event
-// write never fails a command. On restart the replayed log emits its events
-// again and the table keeps each (workspace, seq, index) once.
+// Every kernel event goes to the append-only events table (its own SQLite
+// file, server/store) through a bounded queue that never blocks: when it is
+// full the events are dropped and counted (leaseplane_events_dropped_total).
+// A goroutine of its own writes the queue in batches, after the commands'
+// commits, so an event write can neither delay nor fail a command. On
+// restart the replayed log emits its events again and the table keeps each
+// (workspace, seq, index) once.
+//
+// # Data folder
+//
+// The folder holds leaseplane.db (workspaces, key hashes, log, snapshots),
+// events.db and serve.lock, an exclusive lock that keeps a second server
+// off the same folder. docs/SERVER.md describes them for operators.
 package server
 
 import (
