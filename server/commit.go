@@ -59,17 +59,23 @@ func (c *committer) stop() {
 func (c *committer) run() {
 	defer close(c.done)
 	batch := make([]pending, 0, maxBatch)
+	answered := 0             // commands the last commit answered
+	var lastDur time.Duration // how long the last commit took
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		p, ok := <-c.in
 		if !ok {
 			return
 		}
 		batch = append(batch[:0], p)
+		closed := false
 	fill:
 		for len(batch) < maxBatch {
 			select {
 			case p, ok := <-c.in:
 				if !ok {
+					closed = true
 					break fill
 				}
 				batch = append(batch, p)
@@ -77,11 +83,49 @@ func (c *committer) run() {
 				break fill
 			}
 		}
-		c.commit(batch)
+		// Group commit delay: the clients the last commit answered are
+		// likely to send their next command at once. Waiting a little for
+		// them (at most half the last commit's time, and never more than
+		// maxCommitDelay) lets one fsync serve them too, instead of
+		// starting a commit with a part of them and making the rest wait
+		// for the whole of the next.
+		if want := len(batch) + answered; !closed && answered > 1 && len(batch) < want && lastDur > 0 {
+			timer.Reset(min(lastDur/2, maxCommitDelay))
+		wait:
+			for len(batch) < want && len(batch) < maxBatch {
+				select {
+				case p, ok := <-c.in:
+					if !ok {
+						closed = true
+						break wait
+					}
+					batch = append(batch, p)
+				case <-timer.C:
+					break wait
+				}
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		start := time.Now()
+		answered = c.commit(batch)
+		lastDur = time.Since(start)
+		if closed {
+			return
+		}
 	}
 }
 
-func (c *committer) commit(batch []pending) {
+// maxCommitDelay bounds the group commit delay.
+const maxCommitDelay = time.Millisecond
+
+// commit writes batch in one transaction and answers its commands; it
+// returns how many it answered with success.
+func (c *committer) commit(batch []pending) int {
 	m := c.s.metrics
 	// Drop commands applied on a machine that a failed commit has since
 	// made stale: they were decided on state that is not on disk.
@@ -97,7 +141,7 @@ func (c *committer) commit(batch []pending) {
 	}
 	batch = keep
 	if len(batch) == 0 {
-		return
+		return 0
 	}
 	recs := make([]store.Record, len(batch))
 	for i := range batch {
@@ -116,7 +160,7 @@ func (c *committer) commit(batch []pending) {
 			p.t.err = err
 			close(p.t.done)
 		}
-		return
+		return 0
 	}
 	for _, p := range batch {
 		close(p.t.done)
@@ -126,6 +170,7 @@ func (c *committer) commit(batch []pending) {
 			c.s.events.sink(p.rec.Workspace, p.rec.Seq, p.events)
 		}
 	}
+	return len(batch)
 }
 
 // eventSink writes kernel events to the events table from a bounded queue
