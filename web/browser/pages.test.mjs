@@ -211,7 +211,7 @@ describe("the docs' recipes, run as printed against leaseplane serve", () => {
   const slot = "lock:deploy/production";
   let html;
   const code = (id) => {
-    const m = html.match(new RegExp(`<div role="tabpanel" id="${id}"[^>]*><pre class="code">([\\s\\S]*?)</pre>`));
+    const m = html.match(new RegExp(`<div role="tabpanel" id="${id}"[^>]*><pre class="code"[^>]*>([\\s\\S]*?)</pre>`));
     assert.ok(m, `no code panel #${id}`);
     return unescape(m[1]);
   };
