@@ -25,11 +25,18 @@ WASM_LDFLAGS = -s -w -X main.build=$(WASM_BUILD)
 # browser, Node and wazero have them): about 30% faster kernel code.
 GOWASM := satconv,signext
 
+# The .wasm file (and so its mtime) and the slow brotli pass are only
+# replaced when the build's bytes change.
 wasm:
-	GOOS=js GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -trimpath -ldflags='$(WASM_LDFLAGS)' -o web/static/leaseplane.wasm ./wasm/js
-	cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js
-	node wasm/js/compress.js web/static/leaseplane.wasm
-	mkdir -p wasm/wazero/run-make-wasm
+	@mkdir -p bin web/static wasm/wazero/run-make-wasm
+	GOOS=js GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -trimpath -ldflags='$(WASM_LDFLAGS)' -o bin/leaseplane.wasm.new ./wasm/js
+	@if cmp -s bin/leaseplane.wasm.new web/static/leaseplane.wasm && \
+	    test web/static/leaseplane.wasm.gz -nt web/static/leaseplane.wasm -a web/static/leaseplane.wasm.br -nt web/static/leaseplane.wasm; then \
+	  rm bin/leaseplane.wasm.new; echo "web/static/leaseplane.wasm: unchanged"; \
+	else \
+	  mv bin/leaseplane.wasm.new web/static/leaseplane.wasm && node wasm/js/compress.js web/static/leaseplane.wasm; \
+	fi
+	cmp -s "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js || cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js
 	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm ./wasm/wasip1
 
 test: wasm check-generated test-go test-fuzz parity test-node test-browser
