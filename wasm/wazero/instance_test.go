@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -116,5 +117,34 @@ func TestPoolReuse(t *testing.T) {
 	}
 	if len(f.idle) != 1 {
 		t.Fatalf("%d idle instances after a refused New, want 1", len(f.idle))
+	}
+}
+
+// TestClosedFactory checks that engines outliving their factory fail with
+// an error instead of crashing, and that the factory refuses new engines.
+func TestClosedFactory(t *testing.T) {
+	ctx := context.Background()
+	f, err := NewFactory(ctx, Options{CacheDir: sharedCache()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := f.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Step([]byte(`{"atMs":1,"op":"tick"}`)); err == nil {
+		t.Fatal("Step on an engine of a closed factory: no error")
+	}
+	if _, err := e.Snapshot(); err == nil {
+		t.Fatal("Snapshot after a failed call: no error")
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := f.New(nil); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("New on a closed factory: %v, want an error saying closed", err)
 	}
 }
