@@ -70,11 +70,12 @@ describe("served by leaseplane serve", () => {
     assert.match(await page.locator("#kernel-version[data-ready]").textContent(), /^kernel \d+\.\d+\.\d+ · build [0-9a-f]{6,}$/);
     const names = await page.$$eval("#example option[value]:not([value=''])", (os) => os.map((o) => o.value));
     for (const name of expected.keys()) assert.ok(names.includes(name), `the examples menu lacks ${name} (run make generate)`);
-    let i = 0;
     for (const [name, want] of expected) {
       await page.selectOption("#example", name);
-      const got = await runAndRead(page, i++ % 2 ? "keyboard" : "click");
-      assert.equal(got, want, `transcript of ${name} differs from leaseplane replay`);
+      for (const how of ["click", "keyboard"]) {
+        assert.equal(await runAndRead(page, how), want, `transcript of ${name} (run by ${how}) differs from leaseplane replay`);
+        assert.equal(await page.getAttribute("body", "data-last-run"), how);
+      }
       if (name === "thundering-herd") await shot(page, "playground-thundering-herd");
     }
     assert.deepEqual(reqs.after(), [], "requests left the page after load");
@@ -170,11 +171,14 @@ describe("served by leaseplane serve", () => {
     await shot(page, "docs-top");
     const ids = await page.$$eval("[data-live]", (ss) => ss.map((s) => s.id));
     assert.equal(ids.length, 6);
-    for (const [i, id] of ids.entries()) {
-      if (i % 2 === 0) await page.click(`#${id} [data-run]`);
-      else { await page.focus(`#${id} [data-scenario]`); await page.keyboard.press("Control+Enter"); }
-      await page.waitForSelector(`#${id}[data-result]`);
-      assert.equal(await page.getAttribute(`#${id}`, "data-result"), "match", `${id} differs from its printed response`);
+    let runs = 0;
+    for (const id of ids) {
+      for (const how of ["click", "keyboard"]) {
+        if (how === "click") await page.click(`#${id} [data-run]`);
+        else { await page.focus(`#${id} [data-scenario]`); await page.keyboard.press("Control+Enter"); }
+        await page.waitForSelector(`body[data-runs='${++runs}']`);
+        assert.equal(await page.getAttribute(`#${id}`, "data-result"), "match", `${id} (run by ${how}) differs from its printed response`);
+      }
     }
     await page.locator("#breaking-a-deadlock").scrollIntoViewIfNeeded();
     await shot(page, "docs-breaking-a-deadlock");
