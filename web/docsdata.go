@@ -271,7 +271,11 @@ func (l *LiveExample) fill() error {
 	if err != nil {
 		return fmt.Errorf("web: docs example %s: %w", l.ID, err)
 	}
-	res, err := results(string(s.Rules), s.Steps)
+	steps := make([]json.RawMessage, len(s.Steps))
+	for i, st := range s.Steps {
+		steps[i] = json.RawMessage(st)
+	}
+	res, err := results(string(s.Rules), steps)
 	if err != nil {
 		return fmt.Errorf("web: docs example %s: %w", l.ID, err)
 	}
