@@ -13,13 +13,13 @@ import (
 // stepsFromBytes turns fuzz input into steps: each 4 bytes choose an op,
 // an agent, a resource, a mode and how far the clock moves, so the fuzzer
 // explores orders of operations rather than JSON syntax.
-func stepsFromBytes(data []byte) []json.RawMessage {
+func stepsFromBytes(data []byte) [][]byte {
 	agents := []string{"did:x:a", "did:x:b", "did:x:c", "did:x:d", "did:x:e"}
 	resources := []string{"lock:1", "lock:2", "file:3", "file:4"}
 	modes := []string{"write", "read", "delete", "read"}
 	deltas := []int64{0, 1, 100, 1000, 29999, 30000, 30001, -500}
 	now := int64(1000)
-	var steps []json.RawMessage
+	var steps [][]byte
 	for i := 0; i+4 <= len(data) && len(steps) < 200; i += 4 {
 		op, who, what, when := data[i], data[i+1], data[i+2], data[i+3]
 		now = max(0, now+deltas[when%8])
@@ -40,7 +40,7 @@ func stepsFromBytes(data []byte) []json.RawMessage {
 		case 9:
 			s = fmt.Sprintf(`{"atMs":%d,"op":"resume","actorDid":%q}`, now, a)
 		}
-		steps = append(steps, json.RawMessage(s))
+		steps = append(steps, []byte(s))
 	}
 	return steps
 }

@@ -119,7 +119,7 @@ func (k jsonKind) String() string {
 type jsonValue struct {
 	kind jsonKind
 	str  string
-	raw  []byte // the value's bytes as written (numbers, arrays, objects)
+	raw  []byte // the value's bytes as written
 }
 
 // reader is a strict JSON reader over one document.
@@ -237,9 +237,14 @@ func (r *reader) value(depth int) (jsonValue, error) {
 	}
 	start := r.pos
 	switch c := r.b[r.pos]; {
+	case c == '"' && depth > 0:
+		// Inside a container strings are only checked for syntax: their
+		// text is read, strictly, when a field is decoded.
+		err := r.skipString()
+		return jsonValue{kind: kindString, raw: r.b[start:r.pos]}, err
 	case c == '"':
 		s, err := r.string()
-		return jsonValue{kind: kindString, str: s}, err
+		return jsonValue{kind: kindString, str: s, raw: r.b[start:r.pos]}, err
 	case c == '{' || c == '[':
 		close := byte('}')
 		kind := kindObject
@@ -258,7 +263,7 @@ func (r *reader) value(depth int) (jsonValue, error) {
 				if r.pos >= len(r.b) || r.b[r.pos] != '"' {
 					return jsonValue{}, r.syntax("want a field name")
 				}
-				if _, err := r.string(); err != nil {
+				if err := r.skipString(); err != nil {
 					return jsonValue{}, err
 				}
 				r.skipSpace()
@@ -285,11 +290,14 @@ func (r *reader) value(depth int) (jsonValue, error) {
 			return jsonValue{}, r.syntax("want ',' or '" + string(close) + "'")
 		}
 	case c == 't':
-		return jsonValue{kind: kindBool, raw: []byte("true")}, r.literal("true")
+		err := r.literal("true")
+		return jsonValue{kind: kindBool, raw: r.b[start:r.pos]}, err
 	case c == 'f':
-		return jsonValue{kind: kindBool, raw: []byte("false")}, r.literal("false")
+		err := r.literal("false")
+		return jsonValue{kind: kindBool, raw: r.b[start:r.pos]}, err
 	case c == 'n':
-		return jsonValue{kind: kindNull}, r.literal("null")
+		err := r.literal("null")
+		return jsonValue{kind: kindNull, raw: r.b[start:r.pos]}, err
 	case c == '-' || (c >= '0' && c <= '9'):
 		if err := r.number(); err != nil {
 			return jsonValue{}, err
@@ -436,6 +444,41 @@ func (r *reader) stringBytes() ([]byte, error) {
 		}
 	}
 	return nil, r.syntax("unterminated string")
+}
+
+// skipString passes over a JSON string at r.pos checking only its syntax:
+// no raw control characters, valid escapes. It does not decode.
+func (r *reader) skipString() error {
+	r.pos++
+	for r.pos < len(r.b) {
+		c := r.b[r.pos]
+		switch {
+		case c == '"':
+			r.pos++
+			return nil
+		case c < 0x20:
+			return r.syntax("control character in a string")
+		case c == '\\':
+			r.pos++
+			if r.pos >= len(r.b) {
+				return r.syntax("unterminated string")
+			}
+			switch r.b[r.pos] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				r.pos++
+			case 'u':
+				r.pos++
+				if _, ok := r.hex4(); !ok {
+					return r.syntax("invalid \\u escape")
+				}
+			default:
+				return r.syntax("invalid escape in a string")
+			}
+		default:
+			r.pos++
+		}
+	}
+	return r.syntax("unterminated string")
 }
 
 func (r *reader) hex4() (rune, bool) {

@@ -221,7 +221,7 @@ func checkSeed(t *testing.T, seed int64) {
 
 // checkSteps applies steps one at a time, checking each answer against
 // brute force and the state against the invariants.
-func checkSteps(t *testing.T, rules kernel.Rules, steps []json.RawMessage) {
+func checkSteps(t *testing.T, rules kernel.Rules, steps [][]byte) {
 	m := kernel.New(rules)
 	maxFence := map[string]int64{}
 	for i, raw := range steps {

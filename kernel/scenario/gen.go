@@ -1,8 +1,8 @@
 package scenario
 
 import (
-	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/leaseplane/leaseplane/kernel"
@@ -29,10 +29,9 @@ func Random(seed int64) []byte {
 			resources[i] = "lock:r" + strconv.Itoa(i)
 		}
 	}
-	type step map[string]any
-	var rules any = map[string]any{"readShared": []string{"file:"}}
+	rules := `{"readShared":["file:"]}`
 	if rng.IntN(4) == 0 {
-		rules = map[string]any{"readShared": []string{}}
+		rules = `{"readShared":[]}`
 	}
 	modes := []string{"", "read", "write", "delete", "read", "read"}
 	nSteps := 1 + rng.IntN(40)
@@ -88,15 +87,48 @@ func Random(seed int64) []byte {
 		}
 		steps = append(steps, s)
 	}
-	b, err := json.Marshal(map[string]any{"rules": rules, "steps": steps})
-	if err != nil {
-		panic("scenario.Random: " + err.Error()) // only plain values above
+	b := append([]byte(`{"rules":`), rules...)
+	b = append(b, `,"steps":[`...)
+	for i, st := range steps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = st.appendJSON(b)
 	}
-	return b
+	return append(b, "]}"...)
 }
 
-func invalidStep(rng *rand.Rand, now int64, r, a string) map[string]any {
-	s := map[string]any{"atMs": now, "op": "acquire", "resource": r, "actorDid": a}
+// step is a scenario step under construction: fields with raw JSON values,
+// written with the names in sorted order.
+type step map[string]any
+
+func (s step) appendJSON(b []byte) []byte {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = kernel.AppendQuote(b, k)
+		b = append(b, ':')
+		switch v := s[k].(type) {
+		case string:
+			b = kernel.AppendQuote(b, v)
+		case int:
+			b = strconv.AppendInt(b, int64(v), 10)
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		}
+	}
+	return append(b, '}')
+}
+
+func invalidStep(rng *rand.Rand, now int64, r, a string) step {
+	s := step{"atMs": now, "op": "acquire", "resource": r, "actorDid": a}
 	switch rng.IntN(8) {
 	case 0:
 		delete(s, "resource")
@@ -123,25 +155,31 @@ func invalidStep(rng *rand.Rand, now int64, r, a string) map[string]any {
 // failure persists. fails must be deterministic. A scenario that does not
 // parse is returned unchanged.
 func Shrink(scenario []byte, fails func([]byte) bool) []byte {
-	var s struct {
-		Rules json.RawMessage   `json:"rules"`
-		Steps []json.RawMessage `json:"steps"`
-	}
-	if json.Unmarshal(scenario, &s) != nil {
+	s, err := Parse(scenario)
+	if err != nil {
 		return scenario
 	}
-	encode := func(steps []json.RawMessage) []byte {
-		b, _ := json.Marshal(struct {
-			Rules json.RawMessage   `json:"rules,omitempty"`
-			Steps []json.RawMessage `json:"steps"`
-		}{s.Rules, steps})
-		return b
+	encode := func(steps [][]byte) []byte {
+		b := []byte{'{'}
+		if s.Rules != nil {
+			b = append(b, `"rules":`...)
+			b = kernel.AppendCompact(b, s.Rules)
+			b = append(b, ',')
+		}
+		b = append(b, `"steps":[`...)
+		for i, st := range steps {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = kernel.AppendCompact(b, st)
+		}
+		return append(b, "]}"...)
 	}
 	best := scenario
 	steps := s.Steps
 	for chunk := len(steps) / 2; chunk >= 1; chunk /= 2 {
 		for i := 0; i+chunk <= len(steps); {
-			try := append(append([]json.RawMessage(nil), steps[:i]...), steps[i+chunk:]...)
+			try := append(append([][]byte(nil), steps[:i]...), steps[i+chunk:]...)
 			if b := encode(try); fails(b) {
 				steps, best = try, b
 				continue

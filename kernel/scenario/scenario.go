@@ -11,50 +11,93 @@
 //	],"trust":{"did:...":0.5}}
 //
 // followed by a newline: one step per line, so golden files diff well.
+//
+// The package reads JSON with the kernel's own strict reader and uses
+// neither encoding/json nor fmt, so the browser build replays scenarios
+// with this very code and stays small.
 package scenario
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"strconv"
 
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
-// Scenario is a decoded scenario. Steps stay raw: the kernel decodes each,
-// so a malformed step is answered invalid_request like a REST body.
+// Scenario is a decoded scenario. Rules and each step stay raw JSON: the
+// kernel decodes them, so a malformed step is answered invalid_request
+// like a REST body.
 type Scenario struct {
-	Rules json.RawMessage   `json:"rules"`
-	Steps []json.RawMessage `json:"steps"`
+	Rules []byte   // the rules object as written; nil when absent or null
+	Steps [][]byte // each step as written
 	// Title and Description are for people (the playground's menu).
-	Title       string `json:"title,omitempty"`
-	Description string `json:"description,omitempty"`
+	Title       string
+	Description string
 }
 
 // MaxSteps bounds a scenario's length.
 const MaxSteps = 100000
 
-// Parse reads a scenario. Fields other than rules, steps, title and
-// description are refused, so a typo does not pass silently.
+// Parse reads a scenario: one JSON object with steps (required, an array),
+// rules, title and description. Other fields are refused, and so are
+// duplicated ones, so a typo does not pass silently.
 func Parse(b []byte) (*Scenario, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
+	switch k := kernel.JSONKind(b); k {
+	case "an object":
+	case "":
+		return nil, errors.New("scenario: want a JSON object with rules and steps")
+	default:
+		return nil, errors.New("scenario: want a JSON object, not " + k)
+	}
 	var s Scenario
-	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("scenario: %w", err)
+	hasSteps := false
+	err := kernel.ScanObject(b, func(name string, raw []byte) error {
+		kind := kernel.JSONKind(raw)
+		if kind == "null" && name != "steps" {
+			return nil
+		}
+		switch name {
+		case "rules":
+			if kind != "an object" {
+				return errors.New("rules must be an object, not " + kind)
+			}
+			s.Rules = raw
+		case "steps":
+			if kind != "an array" {
+				return errors.New("steps must be an array of steps, not " + kind)
+			}
+			hasSteps = true
+			return kernel.ScanArray(raw, func(step []byte) error {
+				if len(s.Steps) == MaxSteps {
+					return errors.New("more than " + strconv.Itoa(MaxSteps) + " steps")
+				}
+				s.Steps = append(s.Steps, step)
+				return nil
+			})
+		case "title", "description":
+			if kind != "a string" {
+				return errors.New(name + " must be a string, not " + kind)
+			}
+			text, err := kernel.Unquote(raw)
+			if name == "title" {
+				s.Title = text
+			} else {
+				s.Description = text
+			}
+			return err
+		default:
+			return errors.New("unknown field " + string(kernel.AppendQuote(nil, name)) + " (a scenario has rules, steps, title and description)")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.New("scenario: " + err.Error())
 	}
-	if dec.More() {
-		return nil, errors.New("scenario: trailing data after the object")
-	}
-	if s.Steps == nil {
+	if !hasSteps {
 		return nil, errors.New("scenario: steps is required (an array of steps)")
 	}
-	if len(s.Steps) > MaxSteps {
-		return nil, fmt.Errorf("scenario: %d steps, at most %d", len(s.Steps), MaxSteps)
-	}
 	if _, err := kernel.ParseRules(s.Rules); err != nil {
-		return nil, fmt.Errorf("scenario: %w", err)
+		return nil, errors.New("scenario: " + err.Error())
 	}
 	return &s, nil
 }
@@ -67,7 +110,7 @@ func Replay(f kernel.Factory, scenarioJSON []byte) ([]byte, error) {
 	}
 	e, err := f.New(s.Rules)
 	if err != nil {
-		return nil, fmt.Errorf("scenario: %w", err)
+		return nil, errors.New("scenario: " + err.Error())
 	}
 	defer e.Close()
 	return Run(e, s)
@@ -79,17 +122,17 @@ func Run(e kernel.Engine, s *Scenario) ([]byte, error) {
 	for i, step := range s.Steps {
 		res, err := e.Step(step)
 		if err != nil {
-			return nil, fmt.Errorf("scenario: step %d: engine failed: %w", i, err)
+			return nil, errors.New("scenario: step " + strconv.Itoa(i) + ": engine failed: " + err.Error())
 		}
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, "\n"...)
+		out = append(out, '\n')
 		out = AppendStep(out, step, res)
 	}
 	trust, err := e.Trust()
 	if err != nil {
-		return nil, fmt.Errorf("scenario: trust: engine failed: %w", err)
+		return nil, errors.New("scenario: trust: engine failed: " + err.Error())
 	}
 	out = append(out, "\n],\"trust\":"...)
 	out = append(out, trust...)
@@ -97,17 +140,14 @@ func Run(e kernel.Engine, s *Scenario) ([]byte, error) {
 }
 
 // AppendStep appends one transcript line: the step's atMs and op as
-// written (compacted; null when missing or not JSON), its answer and events.
+// written (compacted; null when missing or when the step is not an
+// object), its answer and events.
 func AppendStep(out []byte, step []byte, res kernel.Result) []byte {
-	var head struct {
-		AtMs json.RawMessage `json:"atMs"`
-		Op   json.RawMessage `json:"op"`
-	}
-	_ = json.Unmarshal(step, &head) // a step that is not an object echoes nulls
+	atMs, op := head(step)
 	out = append(out, `{"atMs":`...)
-	out = appendRaw(out, head.AtMs)
+	out = appendRaw(out, atMs)
 	out = append(out, `,"op":`...)
-	out = appendRaw(out, head.Op)
+	out = appendRaw(out, op)
 	out = append(out, `,"answer":`...)
 	out = append(out, res.Answer...)
 	out = append(out, `,"events":`...)
@@ -115,13 +155,27 @@ func AppendStep(out []byte, step []byte, res kernel.Result) []byte {
 	return append(out, '}')
 }
 
-func appendRaw(out []byte, raw json.RawMessage) []byte {
+// head finds a step's atMs and op (the last of each, where a name is
+// repeated); a step that is not an object gives neither.
+func head(step []byte) (atMs, op []byte) {
+	if kernel.JSONKind(step) != "an object" {
+		return nil, nil
+	}
+	_ = kernel.ScanMembers(step, func(name string, raw []byte) error {
+		switch name {
+		case "atMs":
+			atMs = raw
+		case "op":
+			op = raw
+		}
+		return nil
+	})
+	return atMs, op
+}
+
+func appendRaw(out []byte, raw []byte) []byte {
 	if len(raw) == 0 {
 		return append(out, "null"...)
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return append(out, "null"...)
-	}
-	return append(out, buf.Bytes()...)
+	return kernel.AppendCompact(out, raw)
 }
