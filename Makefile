@@ -19,7 +19,7 @@ run: build
 # wasm builds the browser kernel (web/static) and the wasip1 kernel (wasm/wazero).
 # WASM_BUILD is a short hash of the kernel's sources and the Go version: it
 # changes whenever the kernel code does (leaseplane.version().build).
-WASM_BUILD = $(shell { $(GO) version; echo $(GOWASM); cat go.mod kernel/*.go kernel/scenario/*.go wasm/js/*.go wasm/js/replay/*.go; } | sha256sum | cut -c1-12)
+WASM_BUILD = $(shell { $(GO) version; echo $(GOWASM); cat go.mod kernel/*.go kernel/scenario/*.go wasm/js/*.go; } | sha256sum | cut -c1-12)
 WASM_LDFLAGS = -s -w -X main.build=$(WASM_BUILD)
 # Sign-extension and saturating float-to-int instructions (every current
 # browser, Node and wazero have them): about 30% faster kernel code.

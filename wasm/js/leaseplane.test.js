@@ -40,7 +40,7 @@ test("replay prints each corpus scenario's golden transcript", () => {
 
 test("replay throws an Error naming the problem", () => {
   const cases = [
-    ["{", /unexpected end of JSON input/],
+    ["{", /malformed JSON/],
     ['{"rules":null}', /steps is required/],
     ['{"steps":[],"extra":1}', /unknown field "extra"/],
     ['{"steps":[]} {}', /trailing data/],

@@ -6,9 +6,8 @@
 //
 //	replay(scenarioJson: string) -> string
 //	    the transcript, byte for byte what `leaseplane replay` prints
-//	    (kernel/scenario.Replay through kernel.Native, reimplemented by
-//	    wasm/js/replay without encoding/json); an invalid scenario throws
-//	    an Error whose message names the problem.
+//	    (kernel/scenario.Replay through kernel.Native, the same code); an
+//	    invalid scenario throws an Error with kernel/scenario's message.
 //	version() -> {kernel: string, build: string}
 //	    the kernel's semantic version and a short hash of the sources this
 //	    file was built from (set by `make wasm`).
@@ -19,8 +18,8 @@
 // the same bytes as kernel.Result's Answer and Events), trust() -> string,
 // snapshot() -> string, nextAlarm() -> number|null and close(). After
 // close every method throws. There is no restore from a snapshot here:
-// kernel.Restore decodes with encoding/json, which would add about 170 KB
-// of brotli to the build; a page can replay its steps instead.
+// kernel.Restore decodes with encoding/json, whose reflection would add
+// about 170 KB of brotli to the build; a page can replay its steps instead.
 //
 // Go functions cannot throw into JavaScript, so each throwing method is a
 // Go function that returns either its result or an {error: message}
@@ -32,7 +31,7 @@ import (
 	"syscall/js"
 
 	"github.com/leaseplane/leaseplane/kernel"
-	"github.com/leaseplane/leaseplane/wasm/js/replay"
+	"github.com/leaseplane/leaseplane/kernel/scenario"
 )
 
 // build is the short source hash; make wasm sets it with -ldflags -X.
@@ -58,7 +57,7 @@ func main() {
 		if err != nil {
 			return errValue(err.Error())
 		}
-		out, err := replay.Replay([]byte(in))
+		out, err := scenario.Replay(kernel.Native, []byte(in))
 		if err != nil {
 			return errValue(err.Error())
 		}

@@ -6,9 +6,8 @@
 //
 // Each run draws a new seed and logs it; LEASEPLANE_PARITY_SEED=N replays
 // that run and LEASEPLANE_PARITY_N=N changes how many random scenarios it
-// draws. Transcripts must match byte for byte; a scenario refused by one
-// host must be refused by all (with the same message natively and under
-// wazero; the Node build words its own, see wasm/js/replay). A mismatch fails with the run's seed, the scenario's seed and a
+// draws. Transcripts must match byte for byte, and a scenario refused by
+// one host must be refused by all with the same message. A mismatch fails with the run's seed, the scenario's seed and a
 // scenario shrunk by kernel/scenario.Shrink that still differs.
 //
 // The Node host needs web/static/leaseplane.wasm and wasm_exec.js: run

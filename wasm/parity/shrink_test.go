@@ -66,7 +66,7 @@ func TestShrinkReportsASmallScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !replay(kernel.Native, small).agrees(j) {
+	if !replay(kernel.Native, small).equal(j) {
 		t.Fatalf("node differs from native on %s", small)
 	}
 }
