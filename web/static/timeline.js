@@ -82,6 +82,7 @@
     }
     const H = y + 6;
     const out = [];
+    const late = []; // drawn after every bar, so that nothing covers them
     let nDead = 0, nHeld = 0, nLapse = 0;
     out.push(`<svg class="tl" viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-labelledby="tl-title tl-desc" xmlns="http://www.w3.org/2000/svg">`);
     // Axis and grid.
@@ -106,17 +107,25 @@
         out.push(`<g class="lease ${b.endKind}" data-lease="${esc(b.id)}"><title>${esc(`${b.holder} · fence ${b.fence} · ${b.mode} · granted at ${b.start} ms · ${how} · ${b.id}`)}</title>`);
         out.push(`<rect class="bar${b.end === null ? " open" : ""}" x="${bx.toFixed(1)}" y="${by}" width="${bw.toFixed(1)}" height="16" rx="4"/>`);
         for (const r of b.renewals) out.push(`<line class="renew" x1="${x(r).toFixed(1)}" x2="${x(r).toFixed(1)}" y1="${by + 3}" y2="${by + 13}"/>`);
+        // The holder at the bar's start; "lapsed" or "revoked" at its end,
+        // inside the bar when both fit, else beside the cap (on top of
+        // whatever follows, with a halo).
+        const endText = b.endKind === "expire" ? "lapsed" : b.endKind === "revoke" ? "revoked" : "";
+        const endW = endText ? endText.length * 6.2 + 10 : 0;
+        const inside = endText && b.end !== null && bw > endW + 40;
+        const room = bw - (inside ? endW : 0);
         const text = `${short(b.holder)} · fence ${b.fence}`;
-        if (bw > text.length * 6.4 + 12) out.push(`<text class="bar-label" x="${(bx + 6).toFixed(1)}" y="${by + 12}">${esc(text)}</text>`);
-        else if (bw > short(b.holder).length * 6.4 + 10) out.push(`<text class="bar-label" x="${(bx + 6).toFixed(1)}" y="${by + 12}">${esc(short(b.holder))}</text>`);
+        if (room > text.length * 6.4 + 12) out.push(`<text class="bar-label" x="${(bx + 6).toFixed(1)}" y="${by + 12}">${esc(text)}</text>`);
+        else if (room > short(b.holder).length * 6.4 + 10) out.push(`<text class="bar-label" x="${(bx + 6).toFixed(1)}" y="${by + 12}">${esc(short(b.holder))}</text>`);
         if (b.end !== null) {
           const ex = x(b.end);
           out.push(`<rect class="cap ${b.endKind}" x="${(ex - 2).toFixed(1)}" y="${by - 2}" width="4" height="20" rx="1"/>`);
-          if (b.endKind === "expire") {
-            nLapse++;
-            out.push(`<text class="end-label expire" x="${(ex + 5).toFixed(1)}" y="${by + 12}">lapsed</text>`);
-          } else if (b.endKind === "revoke") {
-            out.push(`<text class="end-label revoke" x="${(ex + 5).toFixed(1)}" y="${by + 12}">revoked</text>`);
+          if (b.endKind === "expire") nLapse++;
+          if (inside) {
+            out.push(`<text class="bar-label" x="${(ex - 6).toFixed(1)}" y="${by + 12}" text-anchor="end">${endText}</text>`);
+          } else if (endText) {
+            const right = ex + 5 + endW < W - 4;
+            late.push(`<text class="end-label ${b.endKind}" x="${(right ? ex + 5 : ex - 5).toFixed(1)}" y="${by + 12}" text-anchor="${right ? "start" : "end"}">${endText}</text>`);
           }
         }
         out.push(`</g>`);
@@ -124,6 +133,7 @@
       out.push(`</g>`);
     });
     // Refusal marks, drawn after the lanes so that deadlock arrows cross them.
+    out.push(...late);
     const labelsAt = new Map();
     const totalDead = marks.filter((m) => m.kind === "deadlock").length;
     for (const m of marks) {
