@@ -27,17 +27,18 @@
 //
 //   - starting a fresh instance (the Go runtime's start-up) costs 8.5–9.6
 //     ms and 3.4 MB of linear memory; taking a pooled one and starting a
-//     machine in it costs 16–23 µs;
-//   - a command costs 26–54 µs under wazero against 2 µs natively;
-//   - restoring a 464-byte snapshot costs about 0.8 ms in wasm (kernel.Restore
-//     decodes with encoding/json), 57 µs natively.
+//     machine in it costs 13–33 µs;
+//   - a command costs 20–54 µs under wazero against 2 µs natively;
+//   - restoring a 464-byte snapshot costs 0.35–0.8 ms in wasm
+//     (kernel.Restore decodes with encoding/json), 20–57 µs natively.
 //
 // So one instance per open workspace, not a shared pool that swaps
 // Machines in and out per command: a swap is a Snapshot plus a Restore,
-// some 30 commands' worth. Memory is the limit instead (3.4 MB per open
+// some 15–30 commands' worth. Memory is the limit instead (3.4 MB per open
 // workspace), so a host with many idle workspaces should hibernate them:
 // Snapshot, Close (the instance returns to the pool) and Restore on the
-// next command, which pays 0.8 ms once instead of holding memory forever.
+// next command, which pays under a millisecond once instead of holding
+// memory forever.
 //
 // Compiling the 3.5 MB module takes seconds (1.8–8.8 s on 2 busy cores,
 // with one compilation worker per core); with Options.CacheDir a later
