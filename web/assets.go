@@ -86,16 +86,18 @@ func loadAssets(fsys fs.FS) (*assets, error) {
 			ct = "application/octet-stream"
 		}
 		as := &asset{name: n, hash: h, hashed: strings.TrimSuffix(n, ext) + "." + h + ext, ctype: ct, raw: raw}
-		// A stale .gz beside a rebuilt file would serve old bytes, so a
-		// .gz is used only when it decodes to this file; otherwise gzip
-		// is made on first use. make wasm writes the .br together with
-		// the .wasm.
+		// A stale .gz or .br beside a rebuilt file would serve old bytes.
+		// A .gz is used only when it decodes to this file (otherwise
+		// gzip is made on first use). The standard library cannot decode
+		// brotli, so a .br is trusted only beside such a .gz: make wasm
+		// writes both from the same bytes, and a file rebuilt without
+		// them fails the .gz check.
 		if gz, err := fs.ReadFile(fsys, "static/"+n+".gz"); err == nil && gunzipEquals(gz, raw) {
 			as.gz = gz
 			as.gzOnce.Do(func() {}) // already have it
-		}
-		if br, err := fs.ReadFile(fsys, "static/"+n+".br"); err == nil && len(br) > 0 && len(br) < len(raw) {
-			as.br = br
+			if br, err := fs.ReadFile(fsys, "static/"+n+".br"); err == nil && len(br) > 0 {
+				as.br = br
+			}
 		}
 		a.byName[n] = as
 		a.byHashed[as.hashed] = as

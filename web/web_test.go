@@ -359,6 +359,9 @@ func TestStaleGzipIsNotServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if a.byName[WasmFile].br != nil {
+		t.Error("a .br beside a stale .gz was kept: it may be stale too")
+	}
 	zr, err := gzip.NewReader(bytes.NewReader(a.byName[WasmFile].gzipped()))
 	if err != nil {
 		t.Fatal(err)
