@@ -430,3 +430,45 @@ func TestWriteSiteLinksResolve(t *testing.T) {
 		}
 	}
 }
+
+func TestLiveExampleComponent(t *testing.T) {
+	l := LiveExample{ID: "x-demo", Title: "Demo <1>", Lead: "lead & more", Scenario: `{"steps": [{"atMs": 1, "op": "wait"}]}`, Show: []int{0}}
+	if err := l.fill(); err != nil {
+		t.Fatal(err)
+	}
+	html := render(t, liveExample(testPage(t, "abc"), l, true))
+	for _, want := range []string{
+		`<section class="live" id="x-demo" data-live>`,
+		`<h3>Demo &lt;1&gt;</h3>`,
+		`<p>lead &amp; more</p>`,
+		`<textarea id="x-demo-scenario" class="code" data-scenario`,
+		`<script id="x-demo-expected" type="application/json">`,
+		`href="/playground#json=`,
+		`step 1 · wait at 1 ms`,
+		`<strong class="st ok">200</strong>`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("live example lacks %s", want)
+		}
+	}
+	if strings.Contains(render(t, liveExample(testPage(t, "abc"), l, false)), "<h3>") {
+		t.Error("a live example without heading rendered one")
+	}
+}
+
+func TestExchangeComponent(t *testing.T) {
+	x := Exchange{Route: "POST /r", Title: "Held", Setup: []string{`{"atMs":1,"op":"acquire","resource":"r:x","actorDid":"did:web:a"}`},
+		Step: `{"atMs":2,"op":"acquire","resource":"r:x","actorDid":"did:web:b"}`}
+	if err := x.fill(); err != nil {
+		t.Fatal(err)
+	}
+	html := render(t, exchange(x, false))
+	for _, want := range []string{`<details class="exchange">`, "409 Conflict", "Retry-After: 1", `&#34;resource&#34;: &#34;r:x&#34;`, `&#34;reason&#34;: &#34;lease_held&#34;`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("exchange lacks %s", want)
+		}
+	}
+	if !strings.Contains(render(t, exchange(x, true)), `<details class="exchange" open>`) {
+		t.Error("an open exchange is not open")
+	}
+}
