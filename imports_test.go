@@ -98,7 +98,10 @@ var homes = map[string]string{
 // kernelForbidden are standard packages the kernel must not import: no
 // clock, no randomness, no I/O, no goroutine machinery (rule 1).
 var kernelForbidden = []string{"time", "math/rand", "math/rand/v2", "crypto/rand", "os", "io/fs",
-	"net", "net/http", "syscall", "sync", "sync/atomic", "runtime", "unsafe", "os/exec", "log", "log/slog", "flag"}
+	"net", "net/http", "syscall", "sync", "sync/atomic", "runtime", "unsafe", "os/exec", "log", "log/slog", "flag",
+	// No reflection: it dominates a command's cost inside WebAssembly and
+	// the size of the browser build (DESIGN.md, known traps).
+	"encoding/json", "reflect", "fmt"}
 
 func TestDependencyRules(t *testing.T) {
 	pkgs := listPackages(t)

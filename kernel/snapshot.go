@@ -1,10 +1,9 @@
 package kernel
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
+	"strconv"
 )
 
 // snapshotVersion is written into every snapshot; Restore refuses others.
@@ -119,107 +118,212 @@ func (m *Machine) Snapshot() []byte {
 
 func strconvAppendUint(b []byte, n uint64) []byte { return appendInt(b, int64(n)) }
 
-type snapJSON struct {
-	V     int `json:"v"`
-	Rules struct {
-		ReadShared []string `json:"readShared"`
-	} `json:"rules"`
-	NowMs     int64  `json:"nowMs"`
-	Seq       uint64 `json:"seq"`
-	Resources []struct {
-		Name   string `json:"name"`
-		Fence  int64  `json:"fence"`
-		Leases []struct {
-			Holder      string `json:"holder"`
-			Mode        string `json:"mode"`
-			Fence       int64  `json:"fence"`
-			GrantedAtMs int64  `json:"grantedAtMs"`
-			ExpiresAtMs int64  `json:"expiresAtMs"`
-		} `json:"leases"`
-		Waiters []struct {
-			ActorDid  string `json:"actorDid"`
-			Mode      string `json:"mode"`
-			SinceMs   int64  `json:"sinceMs"`
-			LastAskMs int64  `json:"lastAskMs"`
-			Seq       uint64 `json:"seq"`
-		} `json:"waiters"`
-	} `json:"resources"`
-	Agents []struct {
-		Did         string `json:"did"`
-		TrustHalves int64  `json:"trustHalves"`
-		Suspended   bool   `json:"suspended"`
-	} `json:"agents"`
-	Deadlocks []struct {
-		ActorDid  string `json:"actorDid"`
-		Resource  string `json:"resource"`
-		Holder    string `json:"holder"`
-		WaitingOn string `json:"waitingOn"`
-		AtMs      int64  `json:"atMs"`
-	} `json:"deadlocks"`
+// snapState is a decoded snapshot, before its checks.
+type snapState struct {
+	v         int64
+	rules     []string
+	now, seq  int64
+	resources []snapResource
+	agents    []snapAgent
+	deadlocks []deadlockPair
+}
+
+type snapResource struct {
+	name    string
+	fence   int64
+	leases  []snapLease
+	waiters []snapWaiter
+}
+
+type snapLease struct {
+	holder, mode              string
+	fence, granted, expiresAt int64
+}
+
+type snapWaiter struct {
+	actor, mode         string
+	since, lastAsk, seq int64
+}
+
+type snapAgent struct {
+	did       string
+	trust2    int64
+	suspended bool
+}
+
+// fieldDecoders maps a member name to what reads its raw value.
+type fieldDecoders map[string]func(raw []byte) error
+
+func decodeObject(raw []byte, fs fieldDecoders) error {
+	return ScanObject(raw, func(name string, v []byte) error {
+		f := fs[name]
+		if f == nil {
+			return errors.New("unknown field " + quoteField(name))
+		}
+		if err := f(v); err != nil {
+			return errors.New(name + ": " + err.Error())
+		}
+		return nil
+	})
+}
+
+func intInto(p *int64) func([]byte) error {
+	return func(raw []byte) error {
+		n, ok := intValue(raw)
+		if !ok {
+			return errors.New("want an integer")
+		}
+		*p = n
+		return nil
+	}
+}
+
+func stringInto(p *string) func([]byte) error {
+	return func(raw []byte) (err error) {
+		*p, err = Unquote(raw)
+		return err
+	}
+}
+
+func boolInto(p *bool) func([]byte) error {
+	return func(raw []byte) error {
+		switch string(raw) {
+		case "true":
+			*p = true
+		case "false":
+			*p = false
+		default:
+			return errors.New("want true or false")
+		}
+		return nil
+	}
+}
+
+func arrayOf(each func(raw []byte) error) func([]byte) error {
+	return func(raw []byte) error { return ScanArray(raw, each) }
+}
+
+// decodeSnapshot reads a snapshot with the kernel's own reader: no
+// reflection, so restoring is as cheap inside WebAssembly as it can be.
+func decodeSnapshot(b []byte) (snapState, error) {
+	var s snapState
+	err := decodeObject(b, fieldDecoders{
+		"v": intInto(&s.v),
+		"rules": func(raw []byte) error {
+			r, err := ParseRules(raw)
+			s.rules = r.ReadShared
+			return err
+		},
+		"nowMs": intInto(&s.now),
+		"seq":   intInto(&s.seq),
+		"resources": arrayOf(func(raw []byte) error {
+			var r snapResource
+			err := decodeObject(raw, fieldDecoders{
+				"name":  stringInto(&r.name),
+				"fence": intInto(&r.fence),
+				"leases": arrayOf(func(raw []byte) error {
+					var l snapLease
+					err := decodeObject(raw, fieldDecoders{
+						"holder": stringInto(&l.holder), "mode": stringInto(&l.mode), "fence": intInto(&l.fence),
+						"grantedAtMs": intInto(&l.granted), "expiresAtMs": intInto(&l.expiresAt),
+					})
+					r.leases = append(r.leases, l)
+					return err
+				}),
+				"waiters": arrayOf(func(raw []byte) error {
+					var w snapWaiter
+					err := decodeObject(raw, fieldDecoders{
+						"actorDid": stringInto(&w.actor), "mode": stringInto(&w.mode), "sinceMs": intInto(&w.since),
+						"lastAskMs": intInto(&w.lastAsk), "seq": intInto(&w.seq),
+					})
+					r.waiters = append(r.waiters, w)
+					return err
+				}),
+			})
+			s.resources = append(s.resources, r)
+			return err
+		}),
+		"agents": arrayOf(func(raw []byte) error {
+			var a snapAgent
+			err := decodeObject(raw, fieldDecoders{
+				"did": stringInto(&a.did), "trustHalves": intInto(&a.trust2), "suspended": boolInto(&a.suspended),
+			})
+			s.agents = append(s.agents, a)
+			return err
+		}),
+		"deadlocks": arrayOf(func(raw []byte) error {
+			var d deadlockPair
+			err := decodeObject(raw, fieldDecoders{
+				"actorDid": stringInto(&d.actor), "resource": stringInto(&d.resource), "holder": stringInto(&d.holder),
+				"waitingOn": stringInto(&d.waitingOn), "atMs": intInto(&d.at),
+			})
+			s.deadlocks = append(s.deadlocks, d)
+			return err
+		}),
+	})
+	return s, err
 }
 
 // Restore rebuilds a machine from a Snapshot. It checks the snapshot's
 // shape and the invariants it relies on, and refuses what breaks them.
 func Restore(b []byte) (*Machine, error) {
-	var s snapJSON
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("restore: snapshot is not valid JSON: %w", err)
+	s, err := decodeSnapshot(b)
+	if err != nil {
+		return nil, errors.New("restore: snapshot does not decode: " + err.Error())
 	}
-	if s.V != snapshotVersion {
-		return nil, fmt.Errorf("restore: snapshot version %d, want %d", s.V, snapshotVersion)
+	if s.v != snapshotVersion {
+		return nil, errors.New("restore: snapshot version " + strconv.FormatInt(s.v, 10) + ", want " + strconv.Itoa(snapshotVersion))
 	}
-	m := New(Rules{ReadShared: s.Rules.ReadShared})
-	m.now, m.seq = s.NowMs, s.Seq
-	for _, a := range s.Agents {
-		if err := validActor(a.Did); err != nil {
-			return nil, fmt.Errorf("restore: agent: %w", err)
+	q := strconv.Quote
+	m := New(Rules{ReadShared: s.rules})
+	m.now, m.seq = s.now, uint64(s.seq)
+	for _, a := range s.agents {
+		if err := validActor(a.did); err != nil {
+			return nil, errors.New("restore: agent: " + err.Error())
 		}
-		ag := newAgent(a.Did)
-		ag.trust2, ag.suspended = a.TrustHalves, a.Suspended
-		m.agents[a.Did] = ag
+		ag := newAgent(a.did)
+		ag.trust2, ag.suspended = a.trust2, a.suspended
+		m.agents[a.did] = ag
 	}
 	var waits []*waiter
-	for _, rs := range s.Resources {
-		if err := validResource(rs.Name); err != nil {
-			return nil, fmt.Errorf("restore: %w", err)
+	for _, rs := range s.resources {
+		if err := validResource(rs.name); err != nil {
+			return nil, errors.New("restore: " + err.Error())
 		}
-		if m.resources[rs.Name] != nil {
-			return nil, fmt.Errorf("restore: resource %q twice", rs.Name)
+		if m.resources[rs.name] != nil {
+			return nil, errors.New("restore: resource " + q(rs.name) + " twice")
 		}
-		res := m.resourceFor(rs.Name)
-		res.fence = rs.Fence
-		for _, ls := range rs.Leases {
-			owner := m.agents[ls.Holder]
-			if owner == nil {
-				return nil, fmt.Errorf("restore: lease holder %q is not an agent", ls.Holder)
+		res := m.resourceFor(rs.name)
+		res.fence = rs.fence
+		for _, ls := range rs.leases {
+			owner := m.agents[ls.holder]
+			switch {
+			case owner == nil:
+				return nil, errors.New("restore: lease holder " + q(ls.holder) + " is not an agent")
+			case ls.fence < 1 || ls.fence > rs.fence:
+				return nil, errors.New("restore: lease fence out of range on " + q(rs.name))
+			case !validMode(ls.mode):
+				return nil, errors.New("restore: lease mode " + q(ls.mode))
+			case res.leaseOf(ls.holder) != nil:
+				return nil, errors.New("restore: " + q(ls.holder) + " holds two leases on " + q(rs.name))
 			}
-			if ls.Fence < 1 || ls.Fence > rs.Fence {
-				return nil, fmt.Errorf("restore: lease fence %d out of range on %q", ls.Fence, rs.Name)
-			}
-			if !validMode(ls.Mode) {
-				return nil, fmt.Errorf("restore: lease mode %q", ls.Mode)
-			}
-			if res.leaseOf(ls.Holder) != nil {
-				return nil, fmt.Errorf("restore: %q holds two leases on %q", ls.Holder, rs.Name)
-			}
-			l := &lease{owner: owner, id: leaseID(rs.Name, ls.Fence), holder: ls.Holder, mode: ls.Mode, fence: ls.Fence, grantedAt: ls.GrantedAtMs}
-			l.timer = timer{at: ls.ExpiresAtMs, res: res, lease: l}
+			l := &lease{owner: owner, id: leaseID(rs.name, ls.fence), holder: ls.holder, mode: ls.mode, fence: ls.fence, grantedAt: ls.granted}
+			l.timer = timer{at: ls.expiresAt, res: res, lease: l}
 			res.leases = append(res.leases, l)
 			m.timers.push(&l.timer)
 		}
-		for _, ws := range rs.Waiters {
-			a := m.agents[ws.ActorDid]
-			if a == nil {
-				return nil, fmt.Errorf("restore: waiter %q is not an agent", ws.ActorDid)
+		for _, ws := range rs.waiters {
+			a := m.agents[ws.actor]
+			switch {
+			case a == nil:
+				return nil, errors.New("restore: waiter " + q(ws.actor) + " is not an agent")
+			case !validMode(ws.mode):
+				return nil, errors.New("restore: waiter mode " + q(ws.mode))
+			case res.waiterOf(ws.actor) != nil:
+				return nil, errors.New("restore: " + q(ws.actor) + " waits twice on " + q(rs.name))
 			}
-			if !validMode(ws.Mode) {
-				return nil, fmt.Errorf("restore: waiter mode %q", ws.Mode)
-			}
-			if res.waiterOf(ws.ActorDid) != nil {
-				return nil, fmt.Errorf("restore: %q waits twice on %q", ws.ActorDid, rs.Name)
-			}
-			w := &waiter{owner: a, actor: ws.ActorDid, mode: ws.Mode, since: ws.SinceMs, seq: ws.Seq, lastAsk: ws.LastAskMs}
-			w.timer = timer{at: ws.LastAskMs + WaiterTTLMs, res: res, waiter: w}
+			w := &waiter{owner: a, actor: ws.actor, mode: ws.mode, since: ws.since, seq: uint64(ws.seq), lastAsk: ws.lastAsk}
+			w.timer = timer{at: ws.lastAsk + WaiterTTLMs, res: res, waiter: w}
 			res.waiters = append(res.waiters, w)
 			waits = append(waits, w)
 			m.timers.push(&w.timer)
@@ -227,12 +331,9 @@ func Restore(b []byte) (*Machine, error) {
 	}
 	sort.Slice(waits, func(i, j int) bool { return waits[i].seq < waits[j].seq })
 	for _, w := range waits {
-		a := m.agents[w.actor]
-		a.waits = append(a.waits, w)
+		w.owner.waits = append(w.owner.waits, w)
 	}
-	for _, d := range s.Deadlocks {
-		m.deadlocks = append(m.deadlocks, deadlockPair{d.ActorDid, d.Resource, d.Holder, d.WaitingOn, d.AtMs})
-	}
+	m.deadlocks = s.deadlocks
 	if got := m.Snapshot(); string(got) != string(b) {
 		return nil, errors.New("restore: snapshot is not in canonical form (fields out of order, or state the kernel cannot reach)")
 	}
