@@ -47,7 +47,7 @@ func RenderPlayground(ctx context.Context, w *bytes.Buffer, l Links) error {
 
 // RenderDocs writes the docs page with links l.
 func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
-	p, err := newPage("Docs", "docs", l, append(kernelScripts, "docs.js")...)
+	p, err := newPage("Docs", "docs", l, append(kernelScripts, "timeline.js", "docs.js")...)
 	if err != nil {
 		return err
 	}

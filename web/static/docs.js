@@ -40,7 +40,10 @@
     const verdict = edited ? `<p class="muted">Your edited scenario, every step:</p>`
       : same ? `<p class="match">✓ Same answers as the example response, computed just now in this browser.</p>`
         : `<p class="error">✗ This browser's kernel answered differently from the example response.</p>`;
-    out.innerHTML = verdict + blocks.join("");
+    let steps = [];
+    try { steps = JSON.parse(ta.value).steps || []; } catch { /* the kernel accepted it, so it parses */ }
+    const tl = `<div class="timeline-box docs-tl">${window.lpTimeline(steps, tr, Math.max(560, out.clientWidth || sec.clientWidth - 40))}</div>`;
+    out.innerHTML = verdict + tl + blocks.join("");
     sec.dataset.result = edited ? "edited" : same ? "match" : "mismatch";
     runs++;
     document.body.dataset.runs = String(runs);

@@ -19,7 +19,10 @@
     return (ms / 1000).toFixed(2) + " s";
   }
 
+  let drawn = 0; // makes the ids of each drawing unique on a page
+
   function lpTimeline(steps, transcript, width) {
+    const uid = `tl${++drawn}`;
     const tsteps = transcript.steps;
     const resources = [];
     const seen = new Set();
@@ -84,7 +87,7 @@
     const out = [];
     const late = []; // drawn after every bar, so that nothing covers them
     let nDead = 0, nHeld = 0, nLapse = 0;
-    out.push(`<svg class="tl" viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-labelledby="tl-title tl-desc" xmlns="http://www.w3.org/2000/svg">`);
+    out.push(`<svg class="tl" viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-labelledby="${uid}-title ${uid}-desc" xmlns="http://www.w3.org/2000/svg">`);
     // Axis and grid.
     const step = niceStep(tEnd - t0);
     const first = Math.ceil(t0 / step) * step;
@@ -147,7 +150,7 @@
         out.push(`<g class="mark deadlock" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused deadlock at ${m.at} ms · holder ${a.holder} · waitingOn ${a.waitingOn}`)}</title>`);
         if (target && target !== lane && totalDead <= 6) {
           const ty = target.y + PAD + 8;
-          out.push(`<line class="dl-arrow" x1="${mx.toFixed(1)}" y1="${my}" x2="${mx.toFixed(1)}" y2="${ty}" marker-end="url(#tl-arrow)"/>`);
+          out.push(`<line class="dl-arrow" x1="${mx.toFixed(1)}" y1="${my}" x2="${mx.toFixed(1)}" y2="${ty}" marker-end="url(#${uid}-arrow)"/>`);
         }
         out.push(`<path class="dl" d="M${(mx - 6).toFixed(1)} ${my - 6} l12 12 M${(mx + 6).toFixed(1)} ${my - 6} l-12 12"/>`);
         const k = `${lane.resource}`;
@@ -177,9 +180,9 @@
         out.push(`<rect x="${(mx - 4).toFixed(1)}" y="${my - 4}" width="8" height="8"/></g>`);
       }
     }
-    out.push(`<defs><marker id="tl-arrow" viewBox="0 0 10 10" refX="8" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0 0 L10 5 L0 10 z" class="dl-head"/></marker></defs>`);
+    out.push(`<defs><marker id="${uid}-arrow" viewBox="0 0 10 10" refX="8" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0 0 L10 5 L0 10 z" class="dl-head"/></marker></defs>`);
     const desc = `${resources.length} resource${resources.length === 1 ? "" : "s"}, ${leases.size} lease${leases.size === 1 ? "" : "s"}, ${nHeld} refused as held, ${nDead} deadlock${nDead === 1 ? "" : "s"}, ${nLapse} lapsed.`;
-    out.splice(1, 0, `<title id="tl-title">Timeline of the scenario</title><desc id="tl-desc">${esc(desc)}</desc>`);
+    out.splice(1, 0, `<title id="${uid}-title">Timeline of the scenario</title><desc id="${uid}-desc">${esc(desc)}</desc>`);
     out.push(`</svg>`);
     return out.join("");
   }
