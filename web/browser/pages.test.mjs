@@ -181,6 +181,7 @@ describe("served by leaseplane serve", () => {
         assert.equal(await page.getAttribute(`#${id}`, "data-result"), "match", `${id} (run by ${how}) differs from its printed response`);
       }
     }
+    assert.equal(await page.locator("#breaking-a-deadlock [data-live-out] svg .mark.deadlock").count(), 1, "the docs' run draws the deadlock");
     await page.locator("#breaking-a-deadlock").scrollIntoViewIfNeeded();
     await shot(page, "docs-breaking-a-deadlock");
     // An edited example shows every step of the edited run.
