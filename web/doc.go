@@ -15,6 +15,9 @@
 // check-generated` fails when the copy or the templ output is stale. The
 // example responses in the docs are computed by the native kernel when a
 // page is rendered, and tests check that the prose around them agrees.
+// The recipes' code lives in recipes/ as files: the docs print them and
+// the browser tests (browser/, `make test-browser`) run them against a
+// real `leaseplane serve`.
 //
 // web imports the kernel and templ only; the server mounts Routes.
 package web
