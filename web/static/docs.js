@@ -63,6 +63,30 @@
     for (const s of document.querySelectorAll("[data-live-status]")) s.textContent = e.message;
   });
 
+  // A copy button on every code panel of the recipes.
+  for (const panel of document.querySelectorAll('.tabs [role="tabpanel"]')) {
+    const pre = panel.querySelector("pre");
+    const btn = document.createElement("button");
+    btn.type = "button";
+    btn.className = "copy small";
+    btn.textContent = "Copy";
+    btn.setAttribute("aria-label", "Copy this code");
+    btn.addEventListener("click", async () => {
+      try {
+        await navigator.clipboard.writeText(pre.textContent);
+        btn.textContent = "Copied";
+      } catch {
+        const r = document.createRange();
+        r.selectNodeContents(pre);
+        getSelection().removeAllRanges();
+        getSelection().addRange(r);
+        btn.textContent = "Selected: press Ctrl+C";
+      }
+      setTimeout(() => { btn.textContent = "Copy"; }, 2000);
+    });
+    panel.prepend(btn);
+  }
+
   // Tabs (WAI-ARIA tabs pattern: arrows, Home and End move between tabs).
   for (const box of document.querySelectorAll("[data-tabs]")) {
     const tabs = [...box.querySelectorAll('[role="tab"]')];
