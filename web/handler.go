@@ -3,13 +3,16 @@ package web
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/leaseplane/leaseplane/kernel"
 )
@@ -59,10 +62,25 @@ func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
 		MaxAdmitted: kernel.MaxAdmitted, BaseWaitMs: kernel.BaseWaitMs, MaxWaitMs: kernel.MaxWaitMs}).Render(ctx, w)
 }
 
+// pageHandler renders a page once (its content is fixed for a binary)
+// and serves it with an ETag, so a revalidation costs a 304.
 func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.HandlerFunc {
+	var (
+		once sync.Once
+		page []byte
+		etag string
+		err  error
+	)
 	return func(w http.ResponseWriter, r *http.Request) {
-		var buf bytes.Buffer
-		if err := render(r.Context(), &buf, ServerLinks); err != nil {
+		once.Do(func() {
+			var buf bytes.Buffer
+			if err = render(context.Background(), &buf, ServerLinks); err == nil {
+				page = buf.Bytes()
+				sum := sha256.Sum256(page)
+				etag = `"` + hex.EncodeToString(sum[:8]) + `"`
+			}
+		})
+		if err != nil {
 			http.Error(w, "web: rendering the page failed: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -70,7 +88,12 @@ func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
-		w.Write(buf.Bytes())
+		h.Set("ETag", etag)
+		if strings.Contains(r.Header.Get("If-None-Match"), etag) {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Write(page)
 	}
 }
 

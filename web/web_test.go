@@ -393,6 +393,23 @@ func TestHandlerRoutes(t *testing.T) {
 	}
 }
 
+func TestPagesRevalidate(t *testing.T) {
+	h := Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/docs", nil))
+	etag := rec.Header().Get("ETag")
+	if etag == "" || rec.Header().Get("Cache-Control") != "no-cache" {
+		t.Fatalf("docs: ETag %q, Cache-Control %q", etag, rec.Header().Get("Cache-Control"))
+	}
+	r := httptest.NewRequest("GET", "/docs", nil)
+	r.Header.Set("If-None-Match", etag)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusNotModified || rec.Body.Len() != 0 {
+		t.Errorf("revalidating the docs: %d with %d bytes, want 304 and none", rec.Code, rec.Body.Len())
+	}
+}
+
 func TestWriteSiteLinksResolve(t *testing.T) {
 	if BuildHash() == "" {
 		// WriteSite must refuse: a site without its kernel runs nothing.
