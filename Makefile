@@ -75,7 +75,7 @@ test-browser: wasm
 	{ command -v jq && command -v curl && python3 -c 'import requests'; } >/dev/null 2>&1 || \
 		(apt-get update && apt-get install -y jq curl python3 python3-requests)
 	test -d node_modules/playwright-core -a -d node_modules/axe-core || npm ci
-	node --test web/browser/
+	node --test web/browser/*.test.mjs
 
 # generate writes templ's *_templ.go and web/corpus (a copy of the scenario
 # corpus that package web embeds); both are committed.
