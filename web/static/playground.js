@@ -53,17 +53,15 @@
   }
 
   // ---- the form ----
-  function agentsOf(s) {
-    const out = [];
-    for (const st of s.steps || []) if (st && typeof st.actorDid === "string" && st.actorDid && !out.includes(st.actorDid)) out.push(st.actorDid);
-    for (const a of extraAgents) if (!out.includes(a)) out.push(a);
-    return out;
+  // The distinct values of a string field over the steps, in first-use order.
+  function distinct(s, field, extra) {
+    const seen = new Set();
+    for (const st of s.steps || []) if (st && typeof st[field] === "string" && st[field]) seen.add(st[field]);
+    for (const a of extra || []) seen.add(a);
+    return [...seen];
   }
-  function resourcesOf(s) {
-    const out = [];
-    for (const st of s.steps || []) if (st && typeof st.resource === "string" && st.resource && !out.includes(st.resource)) out.push(st.resource);
-    return out;
-  }
+  const agentsOf = (s) => distinct(s, "actorDid", extraAgents);
+  const resourcesOf = (s) => distinct(s, "resource");
   function el(tag, attrs, ...kids) {
     const n = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -139,7 +137,7 @@
     // A form of thousands of rows would freeze the page: past FORM_MAX
     // steps the JSON is the editor.
     const FORM_MAX = 200;
-    (s.steps || []).slice(0, FORM_MAX).forEach((st, i) => tbody.append(stepRow(st, i)));
+    (s.steps || []).slice(0, FORM_MAX).forEach((st, i) => tbody.append(stepRow(st, i, agents)));
     if ((s.steps || []).length > FORM_MAX) {
       tbody.append(el("tr", {}, el("td", { colspan: "7", class: "muted", text: `… and ${s.steps.length - FORM_MAX} more steps: edit them in the JSON.` })));
     }
@@ -158,7 +156,7 @@
     updateLists();
     if (focusId && document.getElementById(focusId)) document.getElementById(focusId).focus();
   }
-  function stepRow(st, i) {
+  function stepRow(st, i, agents) {
     const s = scn;
     if (!st || typeof st !== "object" || Array.isArray(st)) {
       return el("tr", {}, el("td", { text: String(i + 1) }), el("td", { colspan: "6", class: "muted", text: "not an object: edit it in the JSON" }));
@@ -186,7 +184,6 @@
     } }, ...OPS.map((o) => el("option", { value: o, selected: o === op, text: o })));
     if (!OPS.includes(op)) opSel.prepend(el("option", { value: String(op), selected: true, text: String(op) }));
     // The agent is picked from the Agents list by its short name.
-    const agents = agentsOf(s);
     const actorSel = el("select", { id: `f-s${i}-actorDid`, "aria-label": `Step ${i + 1} agent`, disabled: !uses.includes("actorDid"), onchange: (e) => {
       st.actorDid = e.target.value;
       changed(false);
