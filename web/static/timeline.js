@@ -174,7 +174,10 @@
         nHeld++;
         const admitted = Array.isArray(a.stampede?.admitted) && a.stampede.admitted.includes(m.actor);
         out.push(`<g class="mark held${admitted ? "" : " not-admitted"}" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused lease_held at ${m.at} ms · holder ${a.holder} · waitMs ${a.stampede?.waitMs} · ${admitted ? "admitted" : "not admitted"}`)}</title>`);
-        out.push(`<circle cx="${mx.toFixed(1)}" cy="${my}" r="4.5"/></g>`);
+        // Its height is the back-off it was told (stampede.waitMs, up to 800 ms).
+        const wait = Math.min(800, Math.max(0, Number(a.stampede?.waitMs) || 0));
+        const h = 3 + Math.round((wait / 800) * 14);
+        out.push(`<rect x="${(mx - 1.75).toFixed(1)}" y="${my + 8 - h}" width="3.5" height="${h}" rx="1"/></g>`);
       } else {
         out.push(`<g class="mark other" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused ${m.kind} at ${m.at} ms`)}</title>`);
         out.push(`<rect x="${(mx - 4).toFixed(1)}" y="${my - 4}" width="8" height="8"/></g>`);
