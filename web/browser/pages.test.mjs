@@ -94,6 +94,9 @@ describe("served by leaseplane serve", () => {
     assert.match(verdict, /refused\s*deadlock/);
     assert.match(verdict, /waitingOn\s*db:billing\/customers/);
     assert.equal(await page.locator("#timeline svg .lease").count(), 4);
+    await page.hover("#verdicts tr[data-step='3']");
+    assert.equal(await page.locator("#timeline svg .mark.deadlock.hl").count(), 1, "pointing at the refusal lights its mark");
+    assert.equal(await page.locator("#timeline svg .cursor").count(), 1);
     await shot(page, "playground-breaking-a-deadlock");
     assert.deepEqual(reqs.after(), []);
     await page.click("text=How it works");

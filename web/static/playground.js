@@ -385,7 +385,18 @@
       const svg = $("timeline").querySelector("svg");
       if (!svg) return;
       svg.querySelectorAll(".hl").forEach((n) => n.classList.remove("hl"));
+      svg.querySelector(".cursor")?.remove();
       if (i < 0 || !tr.steps[i]) return;
+      // A line at the step's time across every lane.
+      const at = tr.steps[i].atMs, d = svg.dataset;
+      if (typeof at === "number") {
+        const cx = Number(d.x0) + ((at - Number(d.t0)) / (Number(d.tend) - Number(d.t0))) * (Number(d.x1) - Number(d.x0));
+        const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+        line.setAttribute("class", "cursor");
+        line.setAttribute("x1", cx); line.setAttribute("x2", cx);
+        line.setAttribute("y1", 20); line.setAttribute("y2", svg.viewBox.baseVal.height - 2);
+        svg.append(line);
+      }
       svg.querySelectorAll(`[data-step="${i}"]`).forEach((n) => n.classList.add("hl"));
       const id = tr.steps[i].answer && tr.steps[i].answer.lease && tr.steps[i].answer.lease.id;
       if (id) svg.querySelectorAll(`[data-lease="${CSS.escape(id)}"]`).forEach((n) => n.classList.add("hl"));

@@ -87,7 +87,7 @@
     const out = [];
     const late = []; // drawn after every bar, so that nothing covers them
     let nDead = 0, nHeld = 0, nLapse = 0;
-    out.push(`<svg class="tl" viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-labelledby="${uid}-title ${uid}-desc" xmlns="http://www.w3.org/2000/svg">`);
+    out.push(`<svg class="tl" viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-labelledby="${uid}-title ${uid}-desc" xmlns="http://www.w3.org/2000/svg" data-t0="${t0}" data-tend="${tEnd}" data-x0="${x0}" data-x1="${x1}">`);
     // Axis and grid.
     const step = niceStep(tEnd - t0);
     const first = Math.ceil(t0 / step) * step;
