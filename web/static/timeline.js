@@ -91,7 +91,7 @@
     // Axis and grid.
     const step = niceStep(tEnd - t0);
     const first = Math.ceil(t0 / step) * step;
-    out.push(`<g class="axis">`);
+    out.push(`<g class="axis"><text x="10" y="${AXIS - 10}" text-anchor="start">resource · time (scenario clock)</text>`);
     for (let t = first; t <= tEnd; t += step) {
       const xx = x(t).toFixed(1);
       out.push(`<line class="grid" x1="${xx}" x2="${xx}" y1="${AXIS - 6}" y2="${H - 4}"/><text x="${xx}" y="${AXIS - 10}" text-anchor="middle">${esc(fmtMs(t, step))}</text>`);
