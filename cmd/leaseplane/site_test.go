@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leaseplane/leaseplane/web"
 )
@@ -69,5 +70,32 @@ func TestServeMountsThePages(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusFound || res.Header.Get("Location") != "/playground" {
 		t.Errorf("GET /: %d to %q, want 302 to /playground", res.StatusCode, res.Header.Get("Location"))
+	}
+}
+
+// TestSitePreviewServesThePages runs `site --listen 127.0.0.1:0` (it
+// serves until the process ends) and fetches a page from it.
+func TestSitePreviewServesThePages(t *testing.T) {
+	out := &syncBuffer{}
+	go run([]string{"site", "--listen", "127.0.0.1:0"}, nil, out, io.Discard)
+	var url string
+	for i := 0; i < 200 && url == ""; i++ {
+		if _, rest, ok := strings.Cut(out.String(), "serving the pages on "); ok {
+			url = strings.TrimSpace(rest)
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if url == "" {
+		t.Fatalf("site --listen printed no address: %q", out.String())
+	}
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 || !strings.Contains(string(body), `id="example"`) {
+		t.Errorf("GET %s: %d, %d bytes without the examples menu", url, res.StatusCode, len(body))
 	}
 }
