@@ -1,0 +1,189 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/scenario"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// TestCorpusOverREST replays every corpus scenario through the REST routes
+// and checks that each answer body is byte for byte the transcript's
+// answer, with the status its reason calls for: a transcript is exactly
+// what the plane would have answered over HTTP.
+//
+// Steps REST cannot express are sent as the nearest request: a tick
+// becomes a wait (both move the clock and lapse what is due; neither
+// answer is compared), and steps whose op or atMs is itself invalid are
+// skipped. The server's alarms fire as the test clock passes them, as
+// they would in a running plane. Suspend and resume go to the operator routes with an operator
+// key.
+func TestCorpusOverREST(t *testing.T) {
+	files, err := filepath.Glob("../kernel/testdata/scenarios/*.json")
+	if err != nil || len(files) < 40 {
+		t.Fatalf("corpus: %d files, %v", len(files), err)
+	}
+	compared := 0
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".json")
+		t.Run(name, func(t *testing.T) {
+			compared += replayOverREST(t, file)
+		})
+	}
+	t.Logf("%d answers of %d corpus scenarios compared over REST", compared, len(files))
+	if compared < 300 {
+		t.Fatalf("only %d answers compared over REST", compared)
+	}
+}
+
+func replayOverREST(t *testing.T, file string) int {
+	in, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scenario.Parse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := os.ReadFile(strings.TrimSuffix(file, ".json") + ".golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(golden), "\n")
+	lines = lines[1 : 1+len(s.Steps)] // between {"steps":[ and ],"trust"
+	clock := newFakeClock()
+	srv, err := New(Config{
+		DataDir:    t.TempDir(),
+		Engine:     kernel.Native,
+		Clock:      clock.Now,
+		AfterFunc:  clock.AfterFunc,
+		FirstRules: s.Rules,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	key, _, err := srv.Bootstrap("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := srv.Store().EnsureWorkspace("default", s.Rules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opKey, _, err := srv.Store().CreateKey(ws, store.RoleOperator, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{t: t, s: srv, clock: clock, key: key}
+	compared := 0
+	for i, step := range s.Steps {
+		var want struct {
+			Answer json.RawMessage `json:"answer"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSuffix(lines[i], ",")), &want); err != nil {
+			t.Fatalf("golden line %d: %v", i, err)
+		}
+		c, decErr := kernel.DecodeStep(step)
+		op, atMs, body, ok := restOf(step)
+		if !ok {
+			continue // op or atMs itself invalid: no REST request says that
+		}
+		if decErr == nil {
+			op, atMs = c.Op, c.NowMs
+			clock.Advance(time.UnixMilli(atMs).Sub(clock.Now()))
+		} else if _, restErr := kernel.DecodeRequest(op, 0, []byte(body)); restErr == nil || restErr.Error() != decErr.Error() {
+			continue // the step's fault is in its op or atMs, which a REST request cannot carry
+		}
+		// An invalid step leaves the clock alone: the kernel ignores its time.
+		var method, route, k string
+		switch op {
+		case kernel.OpAcquire:
+			method, route, k = "POST", RouteLease, key
+		case kernel.OpRelease:
+			method, route, k = "POST", RouteRelease, key
+		case kernel.OpSuspend:
+			method, route, k = "POST", RouteSuspend, opKey
+		case kernel.OpResume:
+			method, route, k = "POST", RouteResume, opKey
+		case kernel.OpWait, kernel.OpTick:
+			if body != "{}" {
+				continue // a GET has no body to be wrong in
+			}
+			method, route, k, body = "GET", RouteWait, key, ""
+		}
+		status, _, got := ts.do(method, route, k, body)
+		if op == kernel.OpTick {
+			continue
+		}
+		if !bytes.Equal(got, want.Answer) {
+			t.Fatalf("step %d %s %s %s:\nREST answered   %s\ntranscript says %s", i, method, route, body, got, want.Answer)
+		}
+		if ws := statusOf(want.Answer); status != ws {
+			t.Fatalf("step %d: status %d, want %d for %s", i, status, ws, want.Answer)
+		}
+		compared++
+	}
+	return compared
+}
+
+// restOf splits a step into its op, its time and the REST body (the step
+// without atMs and op, members otherwise as written). ok is false when the
+// op or atMs cannot be read.
+func restOf(step []byte) (op kernel.Op, atMs int64, body string, ok bool) {
+	var b strings.Builder
+	b.WriteByte('{')
+	n := 0
+	opOK, atOK := false, false
+	err := kernel.ScanMembers(step, func(name string, raw []byte) error {
+		switch name {
+		case "op":
+			s, err := kernel.Unquote(raw)
+			if o, perr := kernel.ParseOp(s); err == nil && perr == nil {
+				op, opOK = o, true
+			}
+			return nil
+		case "atMs":
+			var v int64
+			if json.Unmarshal(raw, &v) == nil && v >= 0 {
+				atMs, atOK = v, true
+			}
+			return nil
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		b.Write(kernel.AppendQuote(nil, name))
+		b.WriteByte(':')
+		b.Write(raw)
+		return nil
+	})
+	b.WriteByte('}')
+	return op, atMs, b.String(), err == nil && opOK && atOK
+}
+
+func statusOf(answer []byte) int {
+	var a struct {
+		OK     bool   `json:"ok"`
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(answer, &a)
+	switch {
+	case a.OK:
+		return 200
+	case a.Reason == kernel.ReasonInvalid:
+		return 400
+	case a.Reason == kernel.ReasonSuspended:
+		return 403
+	}
+	return 409
+}
