@@ -144,7 +144,9 @@ its own agent, doing acquire+release pairs:
   contended  all clients on 4 resources: a refused acquire counts as a try
              (a request, no pair) and the client tries the same resource
              again at once; after a pair it moves to the next resource.
-One pair is one acquire and one release: two HTTP requests. Prints pairs/s
+One pair is one acquire and one release: two HTTP requests. Each client is
+one kept-alive connection with a minimal HTTP/1.1 client (--std-client: the
+project's server/client over net/http, which costs the shared cores more). Prints pairs/s
 (granted pairs), requests/s, p50/p99 of single requests, and the CPU time
 per request of this process (server and load generator) plus the
 baseline's daemon: a cost that does not depend on what else the machine runs.
@@ -169,6 +171,7 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	etcd := fs.Bool("etcd", false, "also measure a single-node etcd Mutex (needs etcd)")
 	bare := fs.Bool("bare", false, "also measure a bare in-memory map behind net/http (the HTTP stack's ceiling)")
 	workloads := fs.String("workloads", "spread,contended", "comma-separated workloads: spread, contended")
+	stdClient := fs.Bool("std-client", false, "drive HTTP targets with server/client over net/http instead of the minimal raw HTTP/1.1 client")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, benchHelp)
@@ -214,6 +217,7 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
+	benchStdClient = *stdClient
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -335,14 +339,17 @@ func benchRun(t benchTarget, workload string, clients int, dur time.Duration) (b
 			w.close()
 		}
 	}()
-	drive(ws, workload, 500*time.Millisecond)
+	// pos keeps each client's place across the warm-up and the run, so a
+	// client queued on a resource goes on asking for that one.
+	pos := make([]int, len(ws))
+	drive(ws, workload, pos, 500*time.Millisecond)
 	st, hasStats := t.(commitStatser)
 	var before commitStats
 	if hasStats {
 		before = st.commitStats()
 	}
 	cpu0 := benchCPU(t)
-	r := drive(ws, workload, dur)
+	r := drive(ws, workload, pos, dur)
 	r.cpu = benchCPU(t) - cpu0
 	if hasStats {
 		r.commits = st.commitStats().minus(before)
@@ -354,7 +361,7 @@ func benchRun(t benchTarget, workload string, clients int, dur time.Duration) (b
 	return r, nil
 }
 
-func drive(ws []benchWorker, workload string, dur time.Duration) benchResult {
+func drive(ws []benchWorker, workload string, pos []int, dur time.Duration) benchResult {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	type part struct {
@@ -378,7 +385,9 @@ func drive(ws []benchWorker, workload string, dur time.Duration) benchResult {
 			}
 			// n moves on after a granted pair only: a refused client tries
 			// the same resource again.
-			for n := 0; !stop.Load(); {
+			n := pos[i]
+			defer func() { pos[i] = n }()
+			for !stop.Load() {
 				res := benchResource(workload, i, n)
 				t0 := time.Now()
 				granted, k, err := w.acquire(res)
@@ -511,11 +520,26 @@ func (t *planeTarget) commitStats() commitStats {
 }
 
 func (t *planeTarget) worker(i int) (benchWorker, error) {
-	return &planeWorker{c: client.New(t.url, t.key, t.hc), did: fmt.Sprintf("did:bench:client:%d", i)}, nil
+	w := &planeWorker{did: fmt.Sprintf("did:bench:client:%d", i)}
+	if benchStdClient {
+		w.c = client.New(t.url, t.key, t.hc)
+		return w, nil
+	}
+	raw, err := newRawHTTP(t.url, t.key)
+	if err != nil {
+		return nil, err
+	}
+	w.raw = raw
+	return w, nil
 }
+
+// benchStdClient makes the lease plane's bench clients server/client
+// (net/http) instead of the minimal raw HTTP client.
+var benchStdClient bool
 
 type planeWorker struct {
 	c   *client.Client
+	raw *rawHTTP
 	did string
 }
 
@@ -523,8 +547,19 @@ func (w *planeWorker) body(res string) []byte {
 	return []byte(`{"resource":"` + res + `","actorDid":"` + w.did + `"}`)
 }
 
+func (w *planeWorker) call(op kernel.Op, body []byte) (int, []byte, error) {
+	if w.raw == nil {
+		return w.c.Call(context.Background(), op, body)
+	}
+	path := client.PathLease
+	if op == kernel.OpRelease {
+		path = client.PathRelease
+	}
+	return w.raw.do("POST", path, body)
+}
+
 func (w *planeWorker) acquire(res string) (bool, int, error) {
-	status, ans, err := w.c.Call(context.Background(), kernel.OpAcquire, w.body(res))
+	status, ans, err := w.call(kernel.OpAcquire, w.body(res))
 	switch {
 	case err != nil:
 		return false, 1, err
@@ -537,7 +572,7 @@ func (w *planeWorker) acquire(res string) (bool, int, error) {
 }
 
 func (w *planeWorker) release(res string) (int, error) {
-	status, ans, err := w.c.Call(context.Background(), kernel.OpRelease, w.body(res))
+	status, ans, err := w.call(kernel.OpRelease, w.body(res))
 	if err != nil {
 		return 1, err
 	}
@@ -547,7 +582,11 @@ func (w *planeWorker) release(res string) (int, error) {
 	return 1, nil
 }
 
-func (w *planeWorker) close() {}
+func (w *planeWorker) close() {
+	if w.raw != nil {
+		w.raw.close()
+	}
+}
 
 // freePort asks the kernel for a free loopback port.
 func freePort() (int, error) {

@@ -231,23 +231,34 @@ func (t *etcdTarget) close() {
 	os.RemoveAll(t.dir)
 }
 
-// post sends one gateway request and decodes the answer into out.
-func (t *etcdTarget) post(path string, in, out any) error {
+// post sends one gateway request on the shared net/http client (or on
+// raw, when given) and decodes the answer into out.
+func (t *etcdTarget) post(raw *rawHTTP, path string, in, out any) error {
 	b, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	resp, err := t.hc.Post(t.url+path, "application/json", bytes.NewReader(b))
-	if err != nil {
-		return err
+	var status int
+	var body []byte
+	if raw != nil {
+		status, body, err = raw.do("POST", path, b)
+		if err != nil {
+			return err
+		}
+	} else {
+		resp, err := t.hc.Post(t.url+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		status = resp.StatusCode
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("etcd %s: HTTP %d %s", path, resp.StatusCode, body)
+	if status != 200 {
+		return fmt.Errorf("etcd %s: HTTP %d %s", path, status, body)
 	}
 	return json.Unmarshal(body, out)
 }
@@ -258,7 +269,7 @@ func (t *etcdTarget) worker(i int) (benchWorker, error) {
 	var g struct {
 		ID string `json:"ID"`
 	}
-	if err := t.post("/v3/lease/grant", map[string]any{"TTL": 600}, &g); err != nil {
+	if err := t.post(nil, "/v3/lease/grant", map[string]any{"TTL": 600}, &g); err != nil {
 		return nil, err
 	}
 	if g.ID == "" {
@@ -268,7 +279,13 @@ func (t *etcdTarget) worker(i int) (benchWorker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd lease grant: ID %q: %w", g.ID, err)
 	}
-	return &etcdWorker{t: t, lease: g.ID, suffix: "/" + strconv.FormatInt(id, 16), queued: map[string]string{}}, nil
+	w := &etcdWorker{t: t, lease: g.ID, suffix: "/" + strconv.FormatInt(id, 16), queued: map[string]string{}}
+	if !benchStdClient {
+		if w.raw, err = newRawHTTP(t.url, ""); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
 }
 
 type etcdWorker struct {
@@ -277,6 +294,7 @@ type etcdWorker struct {
 	suffix string
 	// queued maps a resource to my key's create revision while I wait.
 	queued map[string]string
+	raw    *rawHTTP // nil: the shared net/http client
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -316,7 +334,7 @@ func (w *etcdWorker) acquire(res string) (bool, int, error) {
 		var r struct {
 			Kvs []etcdKV `json:"kvs"`
 		}
-		if err := w.t.post("/v3/kv/range", ownerRange, &r); err != nil {
+		if err := w.t.post(w.raw, "/v3/kv/range", ownerRange, &r); err != nil {
 			return false, 1, err
 		}
 		if len(r.Kvs) > 0 && r.Kvs[0].CreateRevision == rev {
@@ -332,7 +350,7 @@ func (w *etcdWorker) acquire(res string) (bool, int, error) {
 		"failure": []any{map[string]any{"request_range": map[string]any{"key": my}}, owner},
 	}
 	var r etcdTxnResp
-	if err := w.t.post("/v3/kv/txn", txn, &r); err != nil {
+	if err := w.t.post(w.raw, "/v3/kv/txn", txn, &r); err != nil {
 		return false, 1, err
 	}
 	myRev := r.Header.Revision
@@ -355,12 +373,20 @@ func (w *etcdWorker) acquire(res string) (bool, int, error) {
 
 func (w *etcdWorker) del(res string) error {
 	var out map[string]any
-	return w.t.post("/v3/kv/deleterange", map[string]any{"key": b64("/lock/" + res + w.suffix)}, &out)
+	return w.t.post(w.raw, "/v3/kv/deleterange", map[string]any{"key": b64("/lock/" + res + w.suffix)}, &out)
 }
 
 func (w *etcdWorker) release(res string) (int, error) { return 1, w.del(res) }
 
-func (w *etcdWorker) close() {}
+func (w *etcdWorker) close() {
+	// Leave the queues this client still waits in.
+	for res := range w.queued {
+		w.del(res)
+	}
+	if w.raw != nil {
+		w.raw.close()
+	}
+}
 
 // bareTarget is the lease routes on a Go map behind net/http: no kernel, no
 // disk, no keys. It shares the plane's client path, so it shows what the
