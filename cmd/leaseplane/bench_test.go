@@ -2,7 +2,11 @@ package main
 
 import (
 	"bufio"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +109,48 @@ func TestRESPClient(t *testing.T) {
 	}
 	if sent := <-got; sent != "$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n" {
 		t.Errorf("encoded SET as %q", sent)
+	}
+}
+
+// TestRawHTTP checks the bench's HTTP client against net/http's server.
+func TestRawHTTP(t *testing.T) {
+	var auths []string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auths = append(auths, r.Header.Get("Authorization"))
+		b, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/echo":
+			w.WriteHeader(http.StatusConflict)
+			w.Write(b)
+		case "/chunked":
+			w.Write([]byte("a"))
+			w.(http.Flusher).Flush()
+			w.Write([]byte("b"))
+		}
+	}))
+	defer ts.Close()
+	c, err := newRawHTTP(ts.URL, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	for i := range 3 {
+		status, ans, err := c.do("POST", "/echo", []byte(`{"n":`+strconv.Itoa(i)+`}`))
+		if err != nil || status != 409 || string(ans) != `{"n":`+strconv.Itoa(i)+`}` {
+			t.Fatalf("request %d: %d %q %v", i, status, ans, err)
+		}
+		if i == 1 {
+			// The server drops idle connections; the client redials once.
+			ts.CloseClientConnections()
+		}
+	}
+	if len(auths) != 3 || auths[0] != "Bearer k1" {
+		t.Errorf("Authorization headers %q", auths)
+	}
+	if _, _, err := c.do("GET", "/chunked", nil); err == nil || !strings.Contains(err.Error(), "Transfer-Encoding chunked") {
+		t.Errorf("chunked answer: err %v", err)
+	}
+	if _, err := newRawHTTP("https://x", ""); err == nil {
+		t.Error("https URL accepted")
 	}
 }
