@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -84,7 +85,7 @@ func runLease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return usageStatus(err)
 	}
 	if len(pos) != 1 || *as == "" {
 		fmt.Fprintln(stderr, "leaseplane lease: want exactly one RESOURCE and --as DID")
@@ -108,7 +109,7 @@ func runRelease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return usageStatus(err)
 	}
 	if len(pos) != 1 || *as == "" {
 		fmt.Fprintln(stderr, "leaseplane release: want exactly one RESOURCE and --as DID")
@@ -129,7 +130,7 @@ func runWait(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitUsage
+		return usageStatus(err)
 	}
 	if len(pos) != 0 {
 		fmt.Fprintf(stderr, "leaseplane wait: takes no arguments, got %q\n", pos)
@@ -202,4 +203,12 @@ func clipString(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// usageStatus is the exit status after a flag parsing error: 0 for -h.
+func usageStatus(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
 }

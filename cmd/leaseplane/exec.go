@@ -111,9 +111,10 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	resource, argv, err := splitExecArgs(fs, args)
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "leaseplane exec: %v\n", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
 		}
+		fmt.Fprintf(stderr, "leaseplane exec: %v\n", err)
 		return exitUsage
 	}
 	if resource == "" || len(argv) == 0 || *as == "" {
