@@ -179,7 +179,7 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return usageStatus(err)
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "leaseplane bench: unexpected argument %q\n", fs.Arg(0))
