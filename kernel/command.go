@@ -304,43 +304,34 @@ func ParseRules(b []byte) (Rules, error) {
 	if trimmed == "" || trimmed == "null" {
 		return rules, nil
 	}
-	r := reader{b: b}
-	err := r.object(func(key string, v jsonValue) error {
+	err := ScanObject(b, func(key string, raw []byte) error {
 		if key != "readShared" {
-			return errors.New("rules: unknown field " + quoteField(key))
+			return errors.New("unknown field " + quoteField(key))
 		}
-		if v.kind == kindNull {
+		switch JSONKind(raw) {
+		case "null":
 			return nil
+		case "an array":
+		default:
+			return errors.New("readShared must be an array of strings")
 		}
-		if v.kind != kindArray {
-			return errors.New("rules: readShared must be an array of strings")
-		}
-		ar := reader{b: v.raw}
-		ar.pos = 1
-		for {
-			ar.skipSpace()
-			if ar.b[ar.pos] == ']' {
-				return nil
+		return ScanArray(raw, func(elem []byte) error {
+			if JSONKind(elem) != "a string" {
+				return errors.New("readShared must be an array of strings")
 			}
-			e, err := ar.value(0)
+			prefix, err := Unquote(elem)
 			if err != nil {
 				return err
 			}
-			if e.kind != kindString {
-				return errors.New("rules: readShared must be an array of strings")
+			if err := validResource(prefix); err != nil {
+				return errors.New("readShared prefix: " + strings.TrimPrefix(err.Error(), "resource "))
 			}
-			if err := validResource(e.str); err != nil {
-				return errors.New("rules: readShared prefix: " + strings.TrimPrefix(err.Error(), "resource "))
-			}
-			rules.ReadShared = append(rules.ReadShared, e.str)
-			ar.skipSpace()
-			if ar.b[ar.pos] == ',' {
-				ar.pos++
-			}
-		}
+			rules.ReadShared = append(rules.ReadShared, prefix)
+			return nil
+		})
 	})
 	if err != nil {
-		return Rules{}, err
+		return Rules{}, errors.New("rules: " + err.Error())
 	}
 	return rules, nil
 }

@@ -145,20 +145,6 @@ func (r *reader) syntax(what string) error {
 	return errors.New("malformed JSON at byte " + strconv.Itoa(r.pos) + ": " + what)
 }
 
-// object reads a JSON object and calls field for each member in order.
-func (r *reader) object(field func(key string, v jsonValue) error) error {
-	done, err := r.objectStart()
-	for !done && err == nil {
-		var key []byte
-		var v jsonValue
-		key, v, done, err = r.member()
-		if err == nil {
-			err = field(string(key), v)
-		}
-	}
-	return err
-}
-
 // objectStart reads the opening brace of the document's object; done is
 // true for an empty object (then the whole document has been read).
 func (r *reader) objectStart() (done bool, err error) {
