@@ -12,6 +12,7 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/scenario"
+	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -59,7 +60,7 @@ func replayOverREST(t *testing.T, file string) int {
 	}
 	lines := strings.Split(string(golden), "\n")
 	lines = lines[1 : 1+len(s.Steps)] // between {"steps":[ and ],"trust"
-	clock := newFakeClock()
+	clock := servertest.NewClock()
 	srv, err := New(Config{
 		DataDir:    t.TempDir(),
 		Engine:     kernel.Native,

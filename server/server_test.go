@@ -17,74 +17,14 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
 )
-
-// fakeClock is a clock and timer source that moves only when a test says.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.UnixMilli(1_800_000_000_000)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-// Advance moves the clock and runs, in time order, the timers now due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *fakeTimer
-		for _, t := range c.timers {
-			if !t.stopped && !t.at.After(c.now) && (next == nil || t.at.Before(next.at)) {
-				next = t
-			}
-		}
-		if next != nil {
-			next.stopped = true
-		}
-		c.mu.Unlock()
-		if next == nil {
-			return
-		}
-		next.f()
-	}
-}
 
 type testServer struct {
 	t     *testing.T
 	s     *Server
-	clock *fakeClock
+	clock *servertest.Clock
 	dir   string
 	key   string
 	fault atomic.Pointer[error]
@@ -92,7 +32,7 @@ type testServer struct {
 
 func newTestServer(t *testing.T, dir string) *testServer {
 	t.Helper()
-	ts := &testServer{t: t, clock: newFakeClock(), dir: dir}
+	ts := &testServer{t: t, clock: servertest.NewClock(), dir: dir}
 	s, err := New(Config{
 		DataDir:   dir,
 		Engine:    kernel.Native,
@@ -348,7 +288,7 @@ func TestAlarmLapsesWithoutTraffic(t *testing.T) {
 func TestRestartRecovers(t *testing.T) {
 	for _, snapEvery := range []int{1000, 3} {
 		dir := t.TempDir()
-		clock := newFakeClock()
+		clock := servertest.NewClock()
 		cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc, SnapshotEvery: snapEvery}
 		s, err := New(cfg)
 		if err != nil {
@@ -435,7 +375,7 @@ func FuzzRequest(f *testing.F) {
 	f.Add(uint8(0), `{"resource":"r","resource":"r"}`, true)
 	f.Add(uint8(1), `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`, true)
 	dir := f.TempDir()
-	clock := newFakeClock()
+	clock := servertest.NewClock()
 	s, err := New(Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc})
 	if err != nil {
 		f.Fatal(err)
@@ -484,7 +424,7 @@ func FuzzRequest(f *testing.F) {
 // and the folder is free again after Shutdown.
 func TestDataDirLocked(t *testing.T) {
 	dir := t.TempDir()
-	clock := newFakeClock()
+	clock := servertest.NewClock()
 	cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc}
 	s, err := New(cfg)
 	if err != nil {
@@ -533,7 +473,7 @@ func (e panickyEngine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Res
 // 503, and the workspace is rebuilt from disk: the half-applied command
 // leaves no trace.
 func TestEngineFailure(t *testing.T) {
-	clock := newFakeClock()
+	clock := servertest.NewClock()
 	s, err := New(Config{DataDir: t.TempDir(), Engine: panicky{}, Clock: clock.Now, AfterFunc: clock.AfterFunc})
 	if err != nil {
 		t.Fatal(err)
@@ -601,7 +541,7 @@ func TestAlarmAfterRenewal(t *testing.T) {
 // the next one. The first commit is held until 31 more commands wait in
 // the queue; they then go to disk in one transaction.
 func TestGroupCommit(t *testing.T) {
-	clock := newFakeClock()
+	clock := servertest.NewClock()
 	var commits atomic.Int32 // set to 1 after Bootstrap, which logs no command
 	hold := make(chan struct{})
 	s, err := New(Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,

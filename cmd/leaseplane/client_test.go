@@ -6,73 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
 )
-
-// planeClock is the real server's clock in these tests: it moves only when
-// the test says, and fires the server's alarms when it passes them.
-type planeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*planeTimer
-}
-
-type planeTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *planeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *planeClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &planeTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-// Advance moves the clock and runs the alarms that came due, in order.
-func (c *planeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due, keep []*planeTimer
-	for _, t := range c.timers {
-		switch {
-		case t.stopped:
-		case !t.at.After(c.now):
-			t.stopped = true
-			due = append(due, t)
-		default:
-			keep = append(keep, t)
-		}
-	}
-	c.timers = keep
-	c.mu.Unlock()
-	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	for _, t := range due {
-		t.f()
-	}
-}
 
 // testPlane is the real server on 127.0.0.1:0 with a temporary data
 // folder, a workspace key and an operator key of the same workspace.
@@ -81,12 +23,12 @@ type testPlane struct {
 	url      string
 	key      string
 	operator string
-	clock    *planeClock
+	clock    *servertest.Clock
 }
 
 func startPlane(t *testing.T) *testPlane {
 	t.Helper()
-	clk := &planeClock{now: time.UnixMilli(1_800_000_000_000)}
+	clk := servertest.NewClock()
 	s, err := server.New(server.Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: clk.Now, AfterFunc: clk.AfterFunc})
 	if err != nil {
 		t.Fatal(err)

@@ -26,67 +26,9 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
 )
-
-// e2eClock is the server's clock and timers in these tests: it moves only
-// when the test says, and fires the alarms it passes, in time order.
-type e2eClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*e2eTimer
-}
-
-type e2eTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newE2EClock() *e2eClock { return &e2eClock{now: time.UnixMilli(1_800_000_000_000)} }
-
-func (c *e2eClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *e2eClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &e2eTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-func (c *e2eClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *e2eTimer
-		for _, t := range c.timers {
-			if !t.stopped && !t.at.After(c.now) && (next == nil || t.at.Before(next.at)) {
-				next = t
-			}
-		}
-		if next != nil {
-			next.stopped = true
-		}
-		c.mu.Unlock()
-		if next == nil {
-			return
-		}
-		next.f()
-	}
-}
 
 // syncBuffer is a bytes.Buffer safe for one writer and a reader.
 type syncBuffer struct {
@@ -112,14 +54,14 @@ type e2eServer struct {
 	url    string
 	key    string // the first-start key, when this start made it
 	data   string
-	clock  *e2eClock
+	clock  *servertest.Clock
 	cancel context.CancelFunc
 	done   chan int
 	out    *syncBuffer
 	errs   *syncBuffer
 }
 
-func e2eStart(t *testing.T, engine, data string, clock *e2eClock) *e2eServer {
+func e2eStart(t *testing.T, engine, data string, clock *servertest.Clock) *e2eServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &e2eServer{t: t, data: data, clock: clock, cancel: cancel, done: make(chan int, 1),
@@ -263,7 +205,7 @@ func TestServeHTTPRows(t *testing.T) {
 	for _, engine := range engineList() {
 		t.Run(engine, func(t *testing.T) {
 			data := t.TempDir()
-			s := e2eStart(t, engine, data, newE2EClock())
+			s := e2eStart(t, engine, data, servertest.NewClock())
 			if s.key == "" || !strings.HasPrefix(s.key, "lp_") {
 				t.Fatalf("first start printed no key: %s", s.out)
 			}
@@ -361,7 +303,7 @@ func TestServeKeysAndIsolation(t *testing.T) {
 	for _, engine := range engineList() {
 		t.Run(engine, func(t *testing.T) {
 			data := t.TempDir()
-			clock := newE2EClock()
+			clock := servertest.NewClock()
 			s := e2eStart(t, engine, data, clock)
 			k1 := s.key
 			k2 := keysCLI(t, "create", "--data", data, "--workspace", "other", "--rules", `{"readShared":["file:"]}`)
@@ -402,7 +344,7 @@ func TestServeKeysAndIsolation(t *testing.T) {
 			// Restart: the same answers.
 			before := s.wait(k1).raw
 			s.stop()
-			s2 := e2eStart(t, engine, data, newE2EClock())
+			s2 := e2eStart(t, engine, data, servertest.NewClock())
 			if s2.key != "" {
 				t.Errorf("a restart on a used data folder made a new key: %s", s2.out)
 			}
@@ -420,7 +362,7 @@ func TestServeLapseWithoutTraffic(t *testing.T) {
 	for _, engine := range engineList() {
 		t.Run(engine, func(t *testing.T) {
 			data := t.TempDir()
-			clock := newE2EClock()
+			clock := servertest.NewClock()
 			s := e2eStart(t, engine, data, clock)
 			expect(t, "grant", s.lease(s.key, "lock:nap", didRelease), 200, "")
 			clock.Advance(30 * time.Second) // the alarm fires; no lease command
@@ -783,7 +725,7 @@ func TestServeBadInput(t *testing.T) {
 	}
 	for _, engine := range engineList() {
 		t.Run(engine, func(t *testing.T) {
-			s := e2eStart(t, engine, t.TempDir(), newE2EClock())
+			s := e2eStart(t, engine, t.TempDir(), servertest.NewClock())
 			expect(t, "setup", s.lease(s.key, "lock:a", didRelease), 200, "")
 			before := s.wait(s.key).raw
 			for _, c := range file.Cases {

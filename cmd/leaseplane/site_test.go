@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/web"
 )
 
@@ -46,7 +47,7 @@ func TestSiteWritesPages(t *testing.T) {
 // TestServeMountsThePages checks the serve hook: the real server answers
 // the pages and the kernel under its hashed name, beside the API.
 func TestServeMountsThePages(t *testing.T) {
-	s := e2eStart(t, "native", t.TempDir(), newE2EClock())
+	s := e2eStart(t, "native", t.TempDir(), servertest.NewClock())
 	for _, tc := range []struct{ path, ctype string }{
 		{"/playground", "text/html; charset=utf-8"},
 		{"/docs", "text/html; charset=utf-8"},
