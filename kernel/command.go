@@ -246,24 +246,7 @@ func validResource(s string) error {
 	if len(s) > MaxResourceLen {
 		return errors.New("resource must be at most 256 bytes")
 	}
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c < ' ' || c == 0x7f {
-				return errors.New("resource must not contain control characters")
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			return errors.New("resource must be valid UTF-8")
-		}
-		if unicode.IsControl(r) {
-			return errors.New("resource must not contain control characters")
-		}
-		i += size
-	}
-	return nil
+	return checkText("resource", s, false)
 }
 
 func validActor(s string) error {
@@ -276,24 +259,39 @@ func validActor(s string) error {
 	if len(s) < MinActorLen || len(s) > MaxActorLen {
 		return errors.New("actorDid must be 5-256 bytes")
 	}
+	return checkText("actorDid", s, true)
+}
+
+// checkText refuses invalid UTF-8 and control characters in field's value
+// s, and white space too when noSpace; the error names the field. ASCII
+// takes a fast path: names are nearly always ASCII.
+func checkText(field, s string, noSpace bool) error {
 	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c <= ' ' || c == 0x7f {
-				return errors.New("actorDid must not contain white space or control characters")
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < ' ' || c == 0x7f || (noSpace && c == ' ') {
+				return badText(field, noSpace)
 			}
 			i++
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
-			return errors.New("actorDid must be valid UTF-8")
+			return errors.New(field + " must be valid UTF-8")
 		}
-		if unicode.IsControl(r) || unicode.IsSpace(r) {
-			return errors.New("actorDid must not contain white space or control characters")
+		if unicode.IsControl(r) || (noSpace && unicode.IsSpace(r)) {
+			return badText(field, noSpace)
 		}
 		i += size
 	}
 	return nil
+}
+
+func badText(field string, noSpace bool) error {
+	if noSpace {
+		return errors.New(field + " must not contain white space or control characters")
+	}
+	return errors.New(field + " must not contain control characters")
 }
 
 // ParseRules reads {"readShared": ["prefix", ...]}. Empty input or null
