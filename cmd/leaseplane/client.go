@@ -72,51 +72,59 @@ const clientEnvHelp = `
 The plane is LEASEPLANE_URL (default ` + defaultURL + `); the Bearer key is LEASEPLANE_KEY.
 Exit status: 0 granted/ok, 1 refused or plane unreachable, 2 usage, 3 deadlock, 4 suspended.`
 
-func runLease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("lease", flag.ContinueOnError)
+// parseResourceVerb parses the arguments of a verb that takes one
+// RESOURCE and --as DID, plus the flags that define adds. ok is false when
+// the verb must exit with status (usage errors, or -h).
+func parseResourceVerb(name, usageLine, summary string, args []string, stderr io.Writer, define func(*flag.FlagSet)) (resource, as string, status int, ok bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	as := fs.String("as", "", "the agent's DID (required)")
-	mode := fs.String("mode", "", "read, write or delete (default write)")
+	asFlag := fs.String("as", "", "the agent's DID (required)")
+	define(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane lease RESOURCE --as DID [--mode read|write|delete]")
-		fmt.Fprintln(stderr, "Acquires RESOURCE, or renews the lease the agent holds on it, and prints the answer JSON.")
+		fmt.Fprintln(stderr, "usage: "+usageLine)
+		fmt.Fprintln(stderr, summary)
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr, clientEnvHelp)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return usageStatus(err)
+		return "", "", usageStatus(err), false
 	}
-	if len(pos) != 1 || *as == "" {
-		fmt.Fprintln(stderr, "leaseplane lease: want exactly one RESOURCE and --as DID")
+	if len(pos) != 1 || *asFlag == "" {
+		fmt.Fprintf(stderr, "leaseplane %s: want exactly one RESOURCE and --as DID\n", name)
 		fs.Usage()
-		return exitUsage
+		return "", "", exitUsage, false
 	}
-	body, _ := json.Marshal(client.AcquireRequest{Resource: pos[0], ActorDid: *as, Mode: *mode})
+	return pos[0], *asFlag, 0, true
+}
+
+func runLease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var mode *string
+	resource, as, status, ok := parseResourceVerb("lease",
+		"leaseplane lease RESOURCE --as DID [--mode read|write|delete]",
+		"Acquires RESOURCE, or renews the lease the agent holds on it, and prints the answer JSON.",
+		args, stderr, func(fs *flag.FlagSet) {
+			mode = fs.String("mode", "", "read, write or delete (default write)")
+		})
+	if !ok {
+		return status
+	}
+	body, _ := json.Marshal(client.AcquireRequest{Resource: resource, ActorDid: as, Mode: *mode})
 	return callAndPrint("lease", kernel.OpAcquire, body, stdout, stderr)
 }
 
 func runRelease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("release", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	as := fs.String("as", "", "the agent's DID (required)")
-	lease := fs.String("lease", "", "release only this lease id (refused stale_lease when it is not live)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane release RESOURCE --as DID [--lease ID]")
-		fmt.Fprintln(stderr, "Releases the agent's lease on RESOURCE (and its place in the queue) and prints the answer JSON.")
-		fs.PrintDefaults()
-		fmt.Fprintln(stderr, clientEnvHelp)
+	var lease *string
+	resource, as, status, ok := parseResourceVerb("release",
+		"leaseplane release RESOURCE --as DID [--lease ID]",
+		"Releases the agent's lease on RESOURCE (and its place in the queue) and prints the answer JSON.",
+		args, stderr, func(fs *flag.FlagSet) {
+			lease = fs.String("lease", "", "release only this lease id (refused stale_lease when it is not live)")
+		})
+	if !ok {
+		return status
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return usageStatus(err)
-	}
-	if len(pos) != 1 || *as == "" {
-		fmt.Fprintln(stderr, "leaseplane release: want exactly one RESOURCE and --as DID")
-		fs.Usage()
-		return exitUsage
-	}
-	body, _ := json.Marshal(client.ReleaseRequest{Resource: pos[0], ActorDid: *as, LeaseID: *lease})
+	body, _ := json.Marshal(client.ReleaseRequest{Resource: resource, ActorDid: as, LeaseID: *lease})
 	return callAndPrint("release", kernel.OpRelease, body, stdout, stderr)
 }
 
