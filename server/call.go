@@ -168,7 +168,7 @@ func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply
 	if len(key) > maxKeyLen || !strings.HasPrefix(key, store.KeyPrefix) {
 		return store.Key{}, bad(), false
 	}
-	now := s.cfg.Clock()
+	now := time.UnixMilli(s.nowMs())
 	s.keys.mu.RLock()
 	e, hit := s.keys.entries[key]
 	s.keys.mu.RUnlock()

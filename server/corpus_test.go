@@ -61,6 +61,14 @@ func replayOverREST(t *testing.T, file string) int {
 	lines := strings.Split(string(golden), "\n")
 	lines = lines[1 : 1+len(s.Steps)] // between {"steps":[ and ],"trust"
 	clock := servertest.NewClock()
+	// The plane's clock starts where the wall clock is when the server
+	// starts and never goes back: start it at the scenario's first time.
+	for _, step := range s.Steps {
+		if c, err := kernel.DecodeStep(step); err == nil {
+			clock.Advance(time.UnixMilli(c.NowMs).Sub(clock.Now()))
+			break
+		}
+	}
 	srv, err := New(Config{
 		DataDir:    t.TempDir(),
 		Engine:     kernel.Native,

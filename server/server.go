@@ -77,9 +77,16 @@ type Config struct {
 	Engine kernel.Factory
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
-	// Clock is the time commands are applied at. Required: only cmd/ owns
-	// the real clock and passes time.Now.
+	// Clock is the wall clock. Required: only cmd/ owns the real clock and
+	// passes time.Now. The server reads it once at start: the time commands
+	// are applied at is that reading (or the newest stamp on disk, when
+	// later) plus the time since by Monotonic, so a step of the wall clock
+	// never moves the plane's time.
 	Clock func() time.Time
+	// Monotonic, when set, is a clock that never steps (any fixed origin).
+	// nil means the monotonic reading that time.Now carries, through
+	// Clock; tests pass a fake to step Clock alone.
+	Monotonic func() time.Duration
 	// AfterFunc runs f after d and returns a function that cancels it (as
 	// time.AfterFunc and Timer.Stop do); nil means time.AfterFunc. Tests
 	// pass a fake that fires when they advance their clock.
@@ -115,6 +122,7 @@ type Server struct {
 	keys    keyCache
 	commit  *committer
 	events  *eventSink
+	clock   *planeClock
 
 	wsMu       sync.RWMutex
 	workspaces map[int64]*workspace
@@ -177,6 +185,13 @@ func New(cfg Config) (*Server, error) {
 		workspaces: map[int64]*workspace{},
 		unlock:     unlock,
 	}
+	last, err := st.LastStampMs()
+	if err != nil {
+		st.Close()
+		unlock()
+		return nil, err
+	}
+	s.clock = newPlaneClock(cfg.Clock, cfg.Monotonic, last)
 	s.keys.entries = map[string]keyEntry{}
 	s.metrics = newMetrics(s)
 	s.commit = newCommitter(s)
@@ -199,6 +214,9 @@ func New(cfg Config) (*Server, error) {
 	log.Info("server ready", "data", st.Path(), "engine", cfg.Engine.Name(), "workspaces", len(wss))
 	return s, nil
 }
+
+// nowMs is the plane's time: see planeClock.
+func (s *Server) nowMs() int64 { return s.clock.nowMs(s.cfg.Clock) }
 
 // Store is the server's store (for the ledger, tests and the CLI).
 func (s *Server) Store() *store.Store { return s.store }
@@ -316,7 +334,7 @@ func (s *Server) Bootstrap(name string) (key string, created bool, err error) {
 	if len(wss) > 0 {
 		return "", false, nil
 	}
-	now := s.cfg.Clock().UnixMilli()
+	now := s.nowMs()
 	if len(s.cfg.FirstRules) > 0 {
 		if _, err := kernel.ParseRules(s.cfg.FirstRules); err != nil {
 			return "", false, fmt.Errorf("server: rules of the first workspace: %w", err)

@@ -165,7 +165,7 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 			return applied{err: err}
 		}
 	}
-	now := s.cfg.Clock().UnixMilli()
+	now := s.nowMs()
 	res, err := ws.eng.Apply(op, now, body)
 	if err != nil {
 		ws.gen.Add(1)
@@ -245,7 +245,7 @@ func (s *Server) arm(ws *workspace) {
 	}
 	ws.disarm()
 	ws.alarmAt = at
-	d := time.Duration(at-s.cfg.Clock().UnixMilli()) * time.Millisecond
+	d := time.Duration(at-s.nowMs()) * time.Millisecond
 	if d < 0 {
 		d = 0
 	}
@@ -274,7 +274,7 @@ func (s *Server) alarm(ws *workspace, at int64) {
 		ws.mu.Unlock() // re-armed meanwhile: a newer timer owns the tick
 		return
 	}
-	if now := s.cfg.Clock().UnixMilli(); at != 0 && now < at {
+	if now := s.nowMs(); at != 0 && now < at {
 		// Early (a clock that moved back): wait again.
 		ws.alarmStop = s.cfg.AfterFunc(time.Duration(at-now)*time.Millisecond, func() { s.alarm(ws, at) })
 		ws.mu.Unlock()
@@ -284,7 +284,7 @@ func (s *Server) alarm(ws *workspace, at int64) {
 	ws.alarmAt = 0
 	if at != 0 && ws.eng != nil && !ws.needsReload() {
 		next, ok, err := ws.eng.NextAlarm()
-		if err == nil && (!ok || next > s.cfg.Clock().UnixMilli()) {
+		if err == nil && (!ok || next > s.nowMs()) {
 			// Nothing is due yet (what this timer was for was released or
 			// renewed): no tick, just a timer for what is due next.
 			s.arm(ws)

@@ -15,7 +15,8 @@ var Start = time.UnixMilli(1_800_000_000_000)
 // server.Config.AfterFunc, then Advance. Safe for concurrent use.
 type Clock struct {
 	mu     sync.Mutex
-	now    time.Time
+	now    time.Time     // the time that really passed, from Start
+	wall   time.Duration // how far StepWall has set the wall clock off now
 	timers []*timer
 }
 
@@ -28,11 +29,29 @@ type timer struct {
 // NewClock returns a Clock at Start.
 func NewClock() *Clock { return &Clock{now: Start} }
 
-// Now is the clock's time.
+// Now is the wall clock's time: the time that passed, plus every
+// StepWall.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.now
+	return c.now.Add(c.wall)
+}
+
+// Monotonic is a clock that never steps: the time Advance has moved on
+// since Start. Pass it as server.Config.Monotonic with Now as Clock to let
+// StepWall step the wall clock alone.
+func (c *Clock) Monotonic() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now.Sub(Start)
+}
+
+// StepWall sets the wall clock d off (an NTP step, a resumed VM): Now
+// moves, Monotonic and the timers do not.
+func (c *Clock) StepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall += d
 }
 
 // AfterFunc arms f to run when Advance passes d from now, and returns a

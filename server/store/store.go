@@ -653,6 +653,18 @@ func (s *Store) Events(ctx context.Context, ws, afterID int64, limit int) ([]Eve
 	return out, rows.Err()
 }
 
+// LastStampMs is the newest time any logged command was applied at (0
+// for an empty log): the server's clock never starts below it. The log
+// keeps at least LogKeep records behind each snapshot, so the newest is
+// always there.
+func (s *Store) LastStampMs() (int64, error) {
+	var ms int64
+	if err := s.db.QueryRow(`SELECT COALESCE(MAX(now_ms), 0) FROM log`).Scan(&ms); err != nil {
+		return 0, fmt.Errorf("store: read the newest command time: %w", err)
+	}
+	return ms, nil
+}
+
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	var one int
