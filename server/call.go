@@ -18,6 +18,7 @@ const (
 	ReasonForbidden        = "forbidden"
 	ReasonUnavailable      = "unavailable"
 	ReasonTooLarge         = "body_too_large"
+	ReasonTimeout          = "request_timeout"
 	ReasonNotFound         = "not_found"
 	ReasonMethodNotAllowed = "method_not_allowed"
 	ReasonInternal         = "internal"
@@ -54,6 +55,38 @@ func (s *Server) call(ctx context.Context, key string, op kernel.Op, body []byte
 	return r
 }
 
+// callAs is call for a key already authenticated (the REST route checks
+// the key before it reads the body).
+func (s *Server) callAs(ctx context.Context, k store.Key, op kernel.Op, body []byte, start time.Time) reply {
+	s.life.RLock()
+	var r reply
+	if s.closed {
+		r = unavailable(errShutdown)
+	} else {
+		r = s.decideAs(ctx, k, op, body)
+	}
+	s.life.RUnlock()
+	s.metrics.observe(op, r.status, time.Since(start))
+	return r
+}
+
+// stopping reports whether Shutdown has begun.
+func (s *Server) stopping() bool {
+	s.bodies.mu.Lock()
+	defer s.bodies.mu.Unlock()
+	return s.bodies.stopping
+}
+
+// authenticateLive is authenticate while the server is open.
+func (s *Server) authenticateLive(ctx context.Context, key string) (store.Key, reply, bool) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return store.Key{}, unavailable(errShutdown), false
+	}
+	return s.authenticate(ctx, key)
+}
+
 func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []byte) reply {
 	s.life.RLock()
 	defer s.life.RUnlock()
@@ -64,6 +97,12 @@ func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []by
 	if !ok {
 		return r
 	}
+	return s.decideAs(ctx, k, op, body)
+}
+
+// decideAs applies one command for the holder of k; s.life is held for
+// reading and the server is open.
+func (s *Server) decideAs(ctx context.Context, k store.Key, op kernel.Op, body []byte) reply {
 	switch op {
 	case kernel.OpAcquire, kernel.OpRelease, kernel.OpWait:
 	case kernel.OpSuspend, kernel.OpResume:

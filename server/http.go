@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,43 +39,72 @@ func (s *Server) routes() {
 	s.mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 }
 
-// route answers one lease route: method check, body limit, bearer key,
-// then Call's path.
+// route answers one lease route: method check, bearer key (checked before
+// any of the body is read, so a client without a key cannot hold a
+// connection by sending a body slowly), the body's declared and actual
+// size, then Call's path.
 func (s *Server) route(method string, op kernel.Op) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
-			writeReply(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
+			writeEarly(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
 			return
 		}
 		key, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-			writeReply(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
+			writeEarly(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
+			return
+		}
+		start := time.Now()
+		k, rep, ok := s.authenticateLive(r.Context(), key)
+		if !ok {
+			s.metrics.observe(op, rep.status, time.Since(start))
+			if rep.status == 401 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+			}
+			writeEarly(w, rep)
+			return
+		}
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			writeEarly(w, tooLarge(s.cfg.MaxBodyBytes))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 		if err != nil {
 			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeReply(w, refusal(413, ReasonTooLarge, "the request body is larger than "+
-					strconv.FormatInt(s.cfg.MaxBodyBytes, 10)+" bytes"))
-				return
+			var ne net.Error
+			switch {
+			case errors.As(err, &tooBig):
+				writeEarly(w, tooLarge(s.cfg.MaxBodyBytes))
+			case s.stopping():
+				writeEarly(w, unavailable(errShutdown))
+			case errors.As(err, &ne) && ne.Timeout():
+				writeEarly(w, refusal(408, ReasonTimeout, "the request body did not arrive within "+s.cfg.BodyTimeout.String()))
+			default:
+				writeEarly(w, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()))
 			}
-			writeReply(w, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()))
 			return
 		}
-		start := time.Now()
-		rep := s.call(r.Context(), key, op, body)
+		rep = s.callAs(r.Context(), k, op, body, start)
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rep.status,
 				"remote", r.RemoteAddr, "us", time.Since(start).Microseconds())
 		}
-		if rep.status == 401 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-		}
 		writeReply(w, rep)
 	})
+}
+
+func tooLarge(max int64) reply {
+	return refusal(413, ReasonTooLarge, "the request body is larger than "+strconv.FormatInt(max, 10)+" bytes")
+}
+
+// writeEarly answers before the body was read (or after reading it
+// failed) and closes the connection, so that the server does not go on
+// reading what is left of the body.
+func writeEarly(w http.ResponseWriter, r reply) {
+	w.Header().Set("Connection", "close")
+	writeReply(w, r)
 }
 
 // bearer takes the key out of an Authorization header; an absent header

@@ -93,6 +93,12 @@ type Config struct {
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// MaxBodyBytes bounds request bodies (413 above it); 0 means 8192.
 	MaxBodyBytes int64
+	// BodyTimeout bounds how long a request body may take to arrive once
+	// its headers have (408 after it); 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// MaxConns bounds the connections served at once; further ones wait
+	// in the operating system's queue. 0 means DefaultMaxConns.
+	MaxConns int
 	// SnapshotEvery is how many logged commands of a workspace go between
 	// snapshots; 0 means 1000.
 	SnapshotEvery int
@@ -123,6 +129,7 @@ type Server struct {
 	commit  *committer
 	events  *eventSink
 	clock   *planeClock
+	bodies  bodyGuard
 
 	wsMu       sync.RWMutex
 	workspaces map[int64]*workspace
@@ -153,6 +160,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.SnapshotEvery <= 0 {
 		cfg.SnapshotEvery = 1000
@@ -193,6 +206,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.clock = newPlaneClock(cfg.Clock, cfg.Monotonic, last)
 	s.keys.entries = map[string]keyEntry{}
+	s.bodies.reading = map[*guardedBody]struct{}{}
 	s.metrics = newMetrics(s)
 	s.commit = newCommitter(s)
 	s.events = newEventSink(s)
@@ -210,7 +224,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.routes()
-	s.handler = s.recoverer(s.mux)
+	s.handler = s.recoverer(s.guardBody(s.mux))
 	log.Info("server ready", "data", st.Path(), "engine", cfg.Engine.Name(), "workspaces", len(wss))
 	return s, nil
 }
@@ -233,7 +247,10 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve answers HTTP on ln until Shutdown; it returns nil after Shutdown.
+// At most Config.MaxConns connections are served at once; request headers
+// must arrive within 10 s and bodies within Config.BodyTimeout.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = newLimitListener(ln, s.cfg.MaxConns)
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -252,16 +269,22 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // Shutdown stops accepting requests, lets those under way finish (each
 // waits for its commit), stops the alarms, commits what is queued, writes
-// a snapshot of every workspace and closes the store. ctx bounds the wait
-// for HTTP requests.
+// a snapshot of every workspace and closes the store. A request whose body
+// is still arriving is not waited for: its read fails at once and it is
+// answered 503. ctx bounds the wait for HTTP requests; when it ends, the
+// connections left are closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var first error
 	s.httpMu.Lock()
 	srvs := s.httpSrv
 	s.httpMu.Unlock()
+	s.bodies.expireBodies()
 	for _, hs := range srvs {
-		if err := hs.Shutdown(ctx); err != nil && first == nil {
-			first = fmt.Errorf("server: drain HTTP: %w", err)
+		if err := hs.Shutdown(ctx); err != nil {
+			hs.Close()
+			if first == nil {
+				first = fmt.Errorf("server: drain HTTP: %w", err)
+			}
 		}
 	}
 	s.life.Lock()

@@ -1,0 +1,138 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/servertest"
+)
+
+// listening starts a server on 127.0.0.1:0 with cfg's limits and returns
+// it, its address and its workspace key.
+func listening(t *testing.T, cfg Config) (*Server, string, string) {
+	t.Helper()
+	clock := servertest.NewClock()
+	cfg.DataDir = t.TempDir()
+	cfg.Engine = kernel.Native
+	cfg.Clock = clock.Now
+	cfg.AfterFunc = clock.AfterFunc
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := s.Bootstrap("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	return s, ln.Addr().String(), key
+}
+
+// halfSent opens a connection and sends a lease request's headers with
+// Content-Length cl but only the first byte of its body.
+func halfSent(t *testing.T, addr, key string, cl int64) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", RouteLease, key, cl)
+	return c
+}
+
+// answer reads one HTTP response from c, failing the test when none comes
+// within limit (a guard against a hang, not a measurement).
+func answer(t *testing.T, c net.Conn, limit time.Duration) (*http.Response, string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(limit))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	bufio.NewReader(resp.Body).WriteTo(&b)
+	return resp, b.String()
+}
+
+// TestSlowBodies: a half-sent body never holds a connection for long, nor
+// a shutdown, and a bogus key or an oversized Content-Length is answered
+// before the body is read at all.
+func TestSlowBodies(t *testing.T) {
+	t.Run("bogus key answered before the body", func(t *testing.T) {
+		_, addr, _ := listening(t, Config{BodyTimeout: time.Hour})
+		c := halfSent(t, addr, "lp_bogus", 100)
+		resp, body := answer(t, c, 20*time.Second)
+		if resp.StatusCode != 401 || !strings.Contains(body, `"unauthorized"`) || !resp.Close {
+			t.Fatalf("got %d close=%v %s; want 401 unauthorized and the connection closed", resp.StatusCode, resp.Close, body)
+		}
+	})
+	t.Run("huge Content-Length answered before the body", func(t *testing.T) {
+		_, addr, key := listening(t, Config{BodyTimeout: time.Hour})
+		c := halfSent(t, addr, key, 99999999999)
+		resp, body := answer(t, c, 20*time.Second)
+		if resp.StatusCode != 413 || !strings.Contains(body, `"body_too_large"`) {
+			t.Fatalf("got %d %s; want 413 body_too_large", resp.StatusCode, body)
+		}
+	})
+	t.Run("a body that stalls times out", func(t *testing.T) {
+		_, addr, key := listening(t, Config{BodyTimeout: 200 * time.Millisecond})
+		c := halfSent(t, addr, key, 100)
+		resp, body := answer(t, c, 20*time.Second)
+		if resp.StatusCode != 408 || !strings.Contains(body, `"request_timeout"`) {
+			t.Fatalf("got %d %s; want 408 request_timeout", resp.StatusCode, body)
+		}
+	})
+	t.Run("shutdown does not wait for a stalled body", func(t *testing.T) {
+		s, addr, key := listening(t, Config{BodyTimeout: time.Hour})
+		c := halfSent(t, addr, key, 100)
+		for s.bodies.unread() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Shutdown(context.Background()) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("shutdown is still waiting for a stalled body")
+		}
+		resp, body := answer(t, c, 20*time.Second)
+		if resp.StatusCode != 503 {
+			t.Fatalf("the stalled request was answered %d %s; want 503", resp.StatusCode, body)
+		}
+	})
+	t.Run("connections are capped", func(t *testing.T) {
+		_, addr, key := listening(t, Config{MaxConns: 2, BodyTimeout: time.Hour})
+		held := []net.Conn{halfSent(t, addr, key, 100), halfSent(t, addr, key, 100)}
+		third, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer third.Close()
+		fmt.Fprintf(third, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", RouteWait, key)
+		third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if n, err := third.Read(make([]byte, 1)); n > 0 || err == nil {
+			t.Fatal("a third connection was served while the cap of 2 was held")
+		}
+		held[0].Close()
+		if resp, body := answer(t, third, 20*time.Second); resp.StatusCode != 200 {
+			t.Fatalf("third connection after one closed: %d %s", resp.StatusCode, body)
+		}
+	})
+}
