@@ -185,6 +185,14 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// Authenticate checks key as every route does before it reads a request:
+// ok, or the refusal to answer (401 unauthorized, 503 unavailable). The
+// MCP handler calls it before any MCP processing.
+func (s *Server) Authenticate(ctx context.Context, key string) (status int, answer []byte, ok bool) {
+	_, r, ok := s.authenticateLive(ctx, key)
+	return r.status, r.answer, ok
+}
+
 // keyCache remembers keys looked up in the store for a while.
 type keyCache struct {
 	mu      sync.RWMutex

@@ -234,6 +234,12 @@ func tools() []tool {
 // body checks a tool call's arguments and builds the REST body: a JSON
 // object of the forwarded string arguments in the order the tool lists
 // them, or nil for a tool that forwards none. The error names the argument.
+//
+// A forwarded string goes into the body exactly as the client wrote it,
+// escapes and all, never decoded and encoded again: decoding would turn
+// invalid UTF-8 and lone surrogates into U+FFFD, so that the kernel would
+// accept names that the REST route refuses (and two different names would
+// become one). The kernel's own decoding then judges every byte.
 func (t tool) body(raw json.RawMessage) ([]byte, error) {
 	var got map[string]json.RawMessage
 	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
@@ -264,11 +270,11 @@ func (t tool) body(raw json.RawMessage) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("unknown argument %q: %s %s", unknown[0], t.def.Name, takes)
 	}
-	fields := map[string]string{}
-	var order []string
+	var b bytes.Buffer
 	for _, a := range t.args {
 		v, present := got[a.name]
-		if present && bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+		v = bytes.TrimSpace(v)
+		if present && bytes.Equal(v, []byte("null")) {
 			present = false
 		}
 		if !present {
@@ -279,13 +285,19 @@ func (t tool) body(raw json.RawMessage) ([]byte, error) {
 		}
 		switch a.kind {
 		case "string":
-			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
+			if len(v) < 2 || v[0] != '"' {
 				return nil, fmt.Errorf("%s must be a string", a.name)
 			}
 			if a.forward {
-				fields[a.name] = s
-				order = append(order, a.name)
+				if b.Len() == 0 {
+					b.WriteByte('{')
+				} else {
+					b.WriteByte(',')
+				}
+				k, _ := json.Marshal(a.name)
+				b.Write(k)
+				b.WriteByte(':')
+				b.Write(v)
 			}
 		case "number":
 			var f float64
@@ -294,20 +306,8 @@ func (t tool) body(raw json.RawMessage) ([]byte, error) {
 			}
 		}
 	}
-	if len(order) == 0 {
+	if b.Len() == 0 {
 		return nil, nil
-	}
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, name := range order {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(name)
-		v, _ := json.Marshal(fields[name])
-		b.Write(k)
-		b.WriteByte(':')
-		b.Write(v)
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
