@@ -1,0 +1,223 @@
+package main
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// The lease routes, as the server names them, and the op each one runs.
+var routes = map[string]struct {
+	method string
+	op     kernel.Op
+}{
+	"/api/v1/acp/coordination/lease":   {"POST", kernel.OpAcquire},
+	"/api/v1/acp/coordination/release": {"POST", kernel.OpRelease},
+	"/api/v1/acp/coordination/wait":    {"GET", kernel.OpWait},
+	"/api/v1/acp/operator/suspend":     {"POST", kernel.OpSuspend},
+	"/api/v1/acp/operator/resume":      {"POST", kernel.OpResume},
+}
+
+const routeList = "/api/v1/acp/coordination/lease, /api/v1/acp/coordination/release, " +
+	"/api/v1/acp/coordination/wait, /api/v1/acp/operator/suspend and /api/v1/acp/operator/resume"
+
+// maxBodyBytes is the server's default request body limit (413 above it).
+const maxBodyBytes = 8192
+
+// maxKeyLen bounds what is looked up at all, as the server does.
+const maxKeyLen = 200
+
+// keyPrefix starts every key: "lp_" ID "_" secret, as on the server.
+const keyPrefix = "lp_"
+
+// reply is a decided answer: status, Retry-After (0 for none) and body.
+type reply struct {
+	status     int
+	retryAfter int
+	body       []byte
+}
+
+func refusal(status int, reason, msg string) reply {
+	b := append([]byte(nil), `{"ok":false,"reason":"`...)
+	b = append(b, reason...)
+	b = append(b, `","error":`...)
+	b = kernel.AppendQuote(b, msg)
+	return reply{status: status, body: append(b, '}')}
+}
+
+func refusalActor(keyDID, asked string) reply {
+	b := append([]byte(nil), `{"ok":false,"reason":"actor_mismatch","keyActorDid":`...)
+	b = kernel.AppendQuote(b, keyDID)
+	b = append(b, `,"actorDid":`...)
+	b = kernel.AppendQuote(b, asked)
+	b = append(b, `,"error":`...)
+	b = kernel.AppendQuote(b, "this key belongs to agent "+keyDID+" and may not act as "+asked)
+	return reply{status: 403, body: append(b, '}')}
+}
+
+func unavailable(what string) reply {
+	r := refusal(503, "unavailable", "the lease plane cannot decide now; nothing was granted; retry ("+what+")")
+	r.retryAfter = 1
+	return r
+}
+
+// bearer takes the key out of an Authorization header; an absent header
+// gives "" and ok (authentication answers that it is missing).
+func bearer(h string) (key string, ok bool) {
+	if h == "" {
+		return "", true
+	}
+	scheme, rest, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	key = strings.TrimSpace(rest)
+	return key, key != ""
+}
+
+// The roles of keys, as on the server.
+const (
+	roleWorkspace = "workspace"
+	roleAgent     = "agent"
+	roleOperator  = "operator"
+)
+
+// keyRecord is what the key store holds under a key's hash: never the key.
+type keyRecord struct {
+	id        string
+	workspace string
+	role      string
+	agentDID  string
+}
+
+// The key store's names: a key's record under keyName(hash), the hash of
+// a key id under idName(id) (to revoke by id), a workspace's mark under
+// workspaceName(name).
+func keyName(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return "key:" + hex.EncodeToString(h[:])
+}
+
+func idName(id string) string          { return "id:" + id }
+func workspaceName(name string) string { return "ws:" + name }
+
+// format writes a record as lines: version, id, workspace, role, agent.
+func (k keyRecord) format() string {
+	return "1\n" + k.id + "\n" + k.workspace + "\n" + k.role + "\n" + k.agentDID
+}
+
+func parseKeyRecord(s string) (keyRecord, error) {
+	f := strings.Split(s, "\n")
+	if len(f) != 5 || f[0] != "1" {
+		return keyRecord{}, errors.New("malformed key record")
+	}
+	k := keyRecord{id: f[1], workspace: f[2], role: f[3], agentDID: f[4]}
+	switch k.role {
+	case roleWorkspace, roleOperator, roleAgent:
+	default:
+		return keyRecord{}, errors.New("key record with unknown role " + strconv.Quote(k.role))
+	}
+	return k, nil
+}
+
+// newKey draws a key in the server's format: lp_ID_SECRET.
+func newKey() (id, key string) {
+	var idb [6]byte
+	var secret [32]byte
+	rand.Read(idb[:])
+	rand.Read(secret[:])
+	id = hex.EncodeToString(idb[:])
+	return id, keyPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(secret[:])
+}
+
+// validWorkspaceName: 1–64 of a-z, 0-9, '-', '_' and '.'.
+func validWorkspaceName(s string) error {
+	if s == "" || len(s) > 64 {
+		return errors.New("name must be 1 to 64 characters")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return errors.New("name may hold only a-z, 0-9, '-', '_' and '.'")
+		}
+	}
+	return nil
+}
+
+// sameSecret compares the admin secret in constant time.
+func sameSecret(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// keyStore is the one thing the front needs from KV.
+type keyStore interface {
+	Get(name string) (value string, found bool, err error)
+}
+
+// authenticate finds key's record: 401 for a missing, malformed or unknown
+// key, 503 when the store fails.
+func authenticate(ks keyStore, key string) (keyRecord, reply, bool) {
+	if key == "" {
+		return keyRecord{}, refusal(401, "unauthorized", "missing key: send Authorization: Bearer KEY"), false
+	}
+	bad := refusal(401, "unauthorized", "unknown or revoked key")
+	if len(key) > maxKeyLen || !strings.HasPrefix(key, keyPrefix) {
+		return keyRecord{}, bad, false
+	}
+	v, found, err := ks.Get(keyName(key))
+	if err != nil {
+		return keyRecord{}, unavailable("key look-up failed"), false
+	}
+	if !found {
+		return keyRecord{}, bad, false
+	}
+	k, err := parseKeyRecord(v)
+	if err != nil {
+		return keyRecord{}, unavailable("key look-up failed: " + err.Error()), false
+	}
+	return k, reply{}, true
+}
+
+// admit decides what the front can decide for one lease request: the key's
+// role for the op, and an agent key's actorDid. ok means: send the
+// command to the workspace's object.
+func admit(k keyRecord, op kernel.Op, body []byte) (reply, bool) {
+	switch op {
+	case kernel.OpSuspend, kernel.OpResume:
+		if k.role != roleOperator {
+			return refusal(403, "forbidden", string(op)+" needs an operator key; this is a "+k.role+" key"), false
+		}
+	}
+	if k.role == roleAgent && op != kernel.OpWait {
+		// The kernel's own decoding, so a bad body is refused with the
+		// same words as by the server and by the object.
+		c, err := kernel.DecodeRequest(op, 0, body)
+		if err != nil {
+			return reply{status: 400, body: kernel.InvalidAnswer(err.Error())}, false
+		}
+		if c.ActorDid != k.agentDID {
+			return refusalActor(k.agentDID, c.ActorDid), false
+		}
+	}
+	return reply{}, true
+}
+
+// validAgent checks an agent key's DID with the kernel's own rules for
+// actorDid.
+func validAgent(did string) error {
+	if did == "" {
+		return errors.New("an agent key needs agentDid")
+	}
+	body := kernel.AppendQuote([]byte(`{"resource":"x","actorDid":`), did)
+	if _, err := kernel.DecodeRequest(kernel.OpRelease, 0, append(body, '}')); err != nil {
+		return errors.New("agentDid: " + err.Error())
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+// kernel.mjs hosts the kernel's GOOS=wasip1 reactor build (wasm/wasip1,
+// the very file the server runs under wazero) in workerd: a WASI shim of the
+// ten functions the Go runtime imports, and the ABI of wasm/wasip1 (version
+// 1) as a small class. The module is imported by the worker's entry as a
+// CompiledWasm module: workerd never compiles wasm from bytes at run time.
+//
+// The kernel reads no clock and draws no randomness; the shim's clock and
+// random_get exist for the Go runtime itself (its scheduler and map seeds).
+
+const ABI_VERSION = 1;
+const ERR_FLAG = 1n << 63n;
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+// Errors of WASI (errno values).
+const ESUCCESS = 0;
+const EBADF = 8;
+const EINVAL = 28;
+
+class ProcExit extends Error {
+  constructor(code) {
+    super(`the kernel called proc_exit(${code})`);
+    this.code = code;
+  }
+}
+
+// wasi returns the import object for one instance; memory() gives its
+// memory once it exists.
+function wasi(memory) {
+  const view = () => new DataView(memory().buffer);
+  const bytes = () => new Uint8Array(memory().buffer);
+  const lines = { 1: "", 2: "" };
+  return {
+    sched_yield: () => ESUCCESS,
+    proc_exit: (code) => {
+      throw new ProcExit(code);
+    },
+    args_sizes_get: (argc, bufSize) => {
+      const v = view();
+      v.setUint32(argc, 0, true);
+      v.setUint32(bufSize, 0, true);
+      return ESUCCESS;
+    },
+    args_get: () => ESUCCESS,
+    environ_sizes_get: (count, bufSize) => {
+      const v = view();
+      v.setUint32(count, 0, true);
+      v.setUint32(bufSize, 0, true);
+      return ESUCCESS;
+    },
+    environ_get: () => ESUCCESS,
+    clock_time_get: (id, precision, out) => {
+      // Both clocks read the wall clock: workerd advances it on I/O only,
+      // which is all the Go runtime needs inside one call.
+      view().setBigUint64(out, BigInt(Date.now()) * 1000000n, true);
+      return ESUCCESS;
+    },
+    fd_write: (fd, iovs, iovsLen, nwritten) => {
+      if (fd !== 1 && fd !== 2) return EBADF;
+      const v = view();
+      const b = bytes();
+      let n = 0;
+      for (let i = 0; i < iovsLen; i++) {
+        const ptr = v.getUint32(iovs + 8 * i, true);
+        const len = v.getUint32(iovs + 8 * i + 4, true);
+        lines[fd] += dec.decode(b.subarray(ptr, ptr + len));
+        n += len;
+      }
+      let nl;
+      while ((nl = lines[fd].indexOf("\n")) >= 0) {
+        (fd === 1 ? console.log : console.error)("kernel: " + lines[fd].slice(0, nl));
+        lines[fd] = lines[fd].slice(nl + 1);
+      }
+      v.setUint32(nwritten, n, true);
+      return ESUCCESS;
+    },
+    random_get: (ptr, len) => {
+      const b = bytes();
+      for (let off = 0; off < len; off += 65536) {
+        crypto.getRandomValues(b.subarray(ptr + off, ptr + Math.min(len, off + 65536)));
+      }
+      return ESUCCESS;
+    },
+    // poll_oneoff answers every subscription at once: a reactor's exports
+    // never block (the kernel starts no goroutines and never sleeps), so
+    // the Go scheduler only polls here when it is idle.
+    poll_oneoff: (inPtr, outPtr, nsubs, nevents) => {
+      if (nsubs === 0) return EINVAL;
+      const v = view();
+      for (let i = 0; i < nsubs; i++) {
+        const sub = inPtr + 48 * i;
+        const ev = outPtr + 32 * i;
+        v.setBigUint64(ev, v.getBigUint64(sub, true), true); // userdata
+        v.setUint16(ev + 8, 0, true); // error
+        v.setUint8(ev + 10, v.getUint8(sub + 8)); // type
+        for (let j = 11; j < 32; j++) v.setUint8(ev + j, 0);
+      }
+      v.setUint32(nevents, nsubs, true);
+      return ESUCCESS;
+    },
+  };
+}
+
+// Kernel is one instance of the wasip1 build holding at most one machine.
+// Its methods throw when the instance traps; the instance is then unusable
+// and the host must make a new one.
+export class Kernel {
+  constructor(module) {
+    let instance;
+    this.broken = null;
+    instance = new WebAssembly.Instance(module, {
+      wasi_snapshot_preview1: wasi(() => instance.exports.memory),
+    });
+    this.x = instance.exports;
+    this.x._initialize();
+    const abi = this.x.lp_abi_version();
+    if (abi !== ABI_VERSION) {
+      throw new Error(`the kernel build speaks ABI ${abi}, this host ${ABI_VERSION}: rebuild with make worker`);
+    }
+    this.inPtr = 0;
+    this.inCap = 0;
+  }
+
+  call(name, ...args) {
+    if (this.broken) throw this.broken;
+    try {
+      return this.x[name](...args);
+    } catch (err) {
+      this.broken = new Error(`kernel: ${name} trapped; the instance is unusable: ${err && err.message}`);
+      throw this.broken;
+    }
+  }
+
+  // write puts the byte arrays one after the other in the input buffer and
+  // returns their total length.
+  write(...parts) {
+    let n = 0;
+    for (const p of parts) n += p.length;
+    if (n > this.inCap || this.inCap === 0) {
+      this.inPtr = this.call("lp_buffer", Math.max(n, 1));
+      this.inCap = Math.max(n, 1);
+    }
+    const mem = new Uint8Array(this.x.memory.buffer);
+    let off = this.inPtr;
+    for (const p of parts) {
+      mem.set(p, off);
+      off += p.length;
+    }
+    return n;
+  }
+
+  // region copies the bytes of a packed ptr<<32|len result.
+  region(r) {
+    const ptr = Number((r >> 32n) & 0x7fffffffn);
+    const len = Number(r & 0xffffffffn);
+    return new Uint8Array(this.x.memory.buffer, ptr, len).slice();
+  }
+
+  // output is a region's bytes, or throws the guest's error message.
+  output(r) {
+    const b = this.region(r);
+    if (r & ERR_FLAG) throw new Error(dec.decode(b));
+    return b;
+  }
+
+  result(r) {
+    if (r & ERR_FLAG) this.output(r);
+    const rec = new DataView(this.x.memory.buffer, Number(r >> 32n), 28);
+    const mem = this.x.memory.buffer;
+    const aPtr = rec.getUint32(12, true), aLen = rec.getUint32(16, true);
+    const ePtr = rec.getUint32(20, true), eLen = rec.getUint32(24, true);
+    return {
+      status: rec.getUint32(0, true),
+      retryAfter: rec.getUint32(4, true),
+      changed: rec.getUint32(8, true) !== 0,
+      answer: new Uint8Array(mem, aPtr, aLen).slice(),
+      events: new Uint8Array(mem, ePtr, eLen).slice(),
+    };
+  }
+
+  // new starts an empty machine with rules (JSON bytes; empty for none).
+  new(rules) {
+    this.output(this.call("lp_new", this.write(rules)));
+  }
+
+  // restore starts a machine from a snapshot.
+  restore(snapshot) {
+    this.output(this.call("lp_restore", this.write(snapshot)));
+  }
+
+  // apply decodes a REST body for op and applies it at nowMs.
+  apply(op, nowMs, body) {
+    const o = enc.encode(op);
+    this.write(o, body);
+    return this.result(this.call("lp_apply", o.length, BigInt(nowMs), body.length));
+  }
+
+  // step applies one scenario step (JSON bytes).
+  step(step) {
+    return this.result(this.call("lp_step", this.write(step)));
+  }
+
+  // nextAlarm is the time of the kernel's next alarm, or null.
+  nextAlarm() {
+    const b = this.output(this.call("lp_next_alarm"));
+    if (b.length === 0) return null;
+    return Number(new DataView(b.buffer).getBigInt64(0, true));
+  }
+
+  snapshot() {
+    return this.output(this.call("lp_snapshot"));
+  }
+
+  trust() {
+    return this.output(this.call("lp_trust"));
+  }
+
+  version() {
+    return dec.decode(this.output(this.call("lp_version")));
+  }
+}

@@ -1,0 +1,283 @@
+//go:build js && wasm
+
+package main
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/syumai/workers"
+	"github.com/syumai/workers/cloudflare"
+	"github.com/syumai/workers/cloudflare/kv"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// The bindings of wrangler.jsonc.
+const (
+	bindingKeys       = "KEYS"
+	bindingWorkspaces = "WORKSPACES"
+	secretAdmin       = "LEASEPLANE_ADMIN_SECRET"
+)
+
+func main() {
+	workers.Serve(http.HandlerFunc(handle))
+}
+
+func handle(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	switch {
+	case path == "/healthz":
+		write(w, reply{status: 200, body: []byte(`{"ok":true,"tier":"workers"}`)})
+	case strings.HasPrefix(path, "/admin/v1/"):
+		write(w, admin(r))
+	default:
+		rt, ok := routes[path]
+		if !ok {
+			write(w, refusal(404, "not_found", "no route "+path+"; the routes are "+routeList))
+			return
+		}
+		if r.Method != rt.method && !(rt.method == "GET" && r.Method == "HEAD") {
+			w.Header().Set("Allow", rt.method)
+			write(w, refusal(405, "method_not_allowed", path+" takes "+rt.method+", not "+r.Method))
+			return
+		}
+		write(w, lease(r, rt.op))
+	}
+}
+
+// lease authenticates one lease request and sends it to its workspace's
+// object.
+func lease(r *http.Request, op kernel.Op) reply {
+	key, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return refusal(401, "unauthorized", "the Authorization header must be Bearer KEY")
+	}
+	body, rep, ok := readBody(r)
+	if !ok {
+		return rep
+	}
+	ks, err := openKeys()
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	k, rep, ok := authenticate(ks, key)
+	if !ok {
+		return rep
+	}
+	if rep, ok := admit(k, op, body); !ok {
+		return rep
+	}
+	return toObject(k.workspace, "/op/"+string(op), body)
+}
+
+func readBody(r *http.Request) ([]byte, reply, bool) {
+	if r.Body == nil {
+		return nil, reply{}, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return nil, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()), false
+	}
+	if len(body) > maxBodyBytes {
+		return nil, refusal(413, "body_too_large", "the request body is larger than "+strconv.Itoa(maxBodyBytes)+" bytes"), false
+	}
+	return body, reply{}, true
+}
+
+// toObject sends body to path on the workspace's Durable Object and
+// returns its answer.
+func toObject(workspace, path string, body []byte) reply {
+	ns, err := cloudflare.NewDurableObjectNamespace(bindingWorkspaces)
+	if err != nil {
+		return unavailable("binding " + bindingWorkspaces + ": " + err.Error())
+	}
+	stub, err := ns.Get(ns.IdFromName(workspace))
+	if err != nil {
+		return unavailable("workspace object: " + err.Error())
+	}
+	req, err := http.NewRequest("POST", "https://workspace"+path, strings.NewReader(string(body)))
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	res, err := stub.Fetch(req)
+	if err != nil {
+		return unavailable("workspace object: " + err.Error())
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return unavailable("workspace object: " + err.Error())
+	}
+	ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+	return reply{status: res.StatusCode, retryAfter: ra, body: b}
+}
+
+// kvKeys is the key store in Workers KV.
+type kvKeys struct{ ns *kv.Namespace }
+
+func openKeys() (kvKeys, error) {
+	ns, err := cloudflare.NewKVNamespace(bindingKeys)
+	if err != nil {
+		return kvKeys{}, errors.New("binding " + bindingKeys + ": " + err.Error())
+	}
+	return kvKeys{ns}, nil
+}
+
+func (s kvKeys) Get(name string) (string, bool, error) {
+	v, err := s.ns.GetString(name, nil)
+	if err != nil {
+		return "", false, err
+	}
+	// syumai/workers gives a missing value (JavaScript null) as "<null>";
+	// no stored value has that form.
+	if v == "<null>" {
+		return "", false, nil
+	}
+	return v, true, nil
+}
+
+func (s kvKeys) Put(name, value string) error { return s.ns.PutString(name, value, nil) }
+func (s kvKeys) Delete(name string) error     { return s.ns.Delete(name) }
+
+// admin answers the routes that make workspaces and keys, for the holder of
+// the LEASEPLANE_ADMIN_SECRET secret (docs/WORKERS.md):
+//
+//	POST   /admin/v1/workspaces?name=N            body: the rules (optional)
+//	POST   /admin/v1/keys?workspace=N&role=R[&agentDid=D]
+//	DELETE /admin/v1/keys?id=ID
+func admin(r *http.Request) reply {
+	secret := cloudflare.Getenv(secretAdmin)
+	if secret == "" {
+		return refusal(404, "not_found", "the admin routes are off: set the "+secretAdmin+" secret")
+	}
+	key, ok := bearer(r.Header.Get("Authorization"))
+	if !ok || !sameSecret(key, secret) {
+		return refusal(401, "unauthorized", "the admin routes need Authorization: Bearer "+secretAdmin)
+	}
+	body, rep, ok := readBody(r)
+	if !ok {
+		return rep
+	}
+	ks, err := openKeys()
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	q := r.URL.Query()
+	switch {
+	case r.URL.Path == "/admin/v1/workspaces" && r.Method == "POST":
+		return createWorkspace(ks, q.Get("name"), body)
+	case r.URL.Path == "/admin/v1/keys" && r.Method == "POST":
+		return createKey(ks, q)
+	case r.URL.Path == "/admin/v1/keys" && r.Method == "DELETE":
+		return revokeKey(ks, q.Get("id"))
+	}
+	return refusal(404, "not_found", "no admin route "+r.Method+" "+r.URL.Path+
+		"; they are POST /admin/v1/workspaces, POST /admin/v1/keys and DELETE /admin/v1/keys")
+}
+
+func createWorkspace(ks kvKeys, name string, rules []byte) reply {
+	if err := validWorkspaceName(name); err != nil {
+		return refusal(400, kernel.ReasonInvalid, "workspace "+err.Error())
+	}
+	if _, found, err := ks.Get(workspaceName(name)); err != nil {
+		return unavailable(err.Error())
+	} else if found {
+		return refusal(409, "workspace_exists", "workspace "+name+" exists")
+	}
+	if rep := toObject(name, "/create", rules); rep.status != 200 {
+		return rep
+	}
+	if err := ks.Put(workspaceName(name), "1"); err != nil {
+		return unavailable(err.Error())
+	}
+	return issueKey(ks, name, roleWorkspace, "")
+}
+
+func createKey(ks kvKeys, q url.Values) reply {
+	name, role, agent := q.Get("workspace"), q.Get("role"), q.Get("agentDid")
+	if _, found, err := ks.Get(workspaceName(name)); err != nil {
+		return unavailable(err.Error())
+	} else if !found {
+		return refusal(404, "not_found", "no workspace "+strconv.Quote(name))
+	}
+	switch role {
+	case roleWorkspace, roleOperator:
+		if agent != "" {
+			return refusal(400, kernel.ReasonInvalid, "a "+role+" key names no agent")
+		}
+	case roleAgent:
+		if err := validAgent(agent); err != nil {
+			return refusal(400, kernel.ReasonInvalid, err.Error())
+		}
+	default:
+		return refusal(400, kernel.ReasonInvalid, "role must be workspace, agent or operator")
+	}
+	return issueKey(ks, name, role, agent)
+}
+
+func issueKey(ks kvKeys, workspace, role, agent string) reply {
+	id, key := newKey()
+	rec := keyRecord{id: id, workspace: workspace, role: role, agentDID: agent}
+	if err := ks.Put(keyName(key), rec.format()); err != nil {
+		return unavailable(err.Error())
+	}
+	if err := ks.Put(idName(id), keyName(key)); err != nil {
+		return unavailable(err.Error())
+	}
+	b := append([]byte(nil), `{"ok":true,"workspace":`...)
+	b = kernel.AppendQuote(b, workspace)
+	b = append(b, `,"id":`...)
+	b = kernel.AppendQuote(b, id)
+	b = append(b, `,"role":`...)
+	b = kernel.AppendQuote(b, role)
+	if agent != "" {
+		b = append(b, `,"agentDid":`...)
+		b = kernel.AppendQuote(b, agent)
+	}
+	b = append(b, `,"key":`...)
+	b = kernel.AppendQuote(b, key)
+	return reply{status: 200, body: append(b, '}')}
+}
+
+func revokeKey(ks kvKeys, id string) reply {
+	h, found, err := ks.Get(idName(id))
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	if !found {
+		return refusal(404, "not_found", "no key "+strconv.Quote(id))
+	}
+	if err := ks.Delete(h); err != nil {
+		return unavailable(err.Error())
+	}
+	if err := ks.Delete(idName(id)); err != nil {
+		return unavailable(err.Error())
+	}
+	return reply{status: 200, body: []byte(`{"ok":true,"revoked":true}`)}
+}
+
+var (
+	jsonType = []string{"application/json"}
+	noSniff  = []string{"nosniff"}
+	noStore  = []string{"no-store"}
+)
+
+func write(w http.ResponseWriter, r reply) {
+	h := w.Header()
+	h["Content-Type"] = jsonType
+	h["X-Content-Type-Options"] = noSniff
+	h["Cache-Control"] = noStore
+	if r.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(r.retryAfter))
+	}
+	if r.status == 401 {
+		h.Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+	}
+	w.WriteHeader(r.status)
+	w.Write(r.body)
+}
