@@ -6,7 +6,7 @@ BIN     := bin/leaseplane
 FUZZTIME ?= 10s
 
 .PHONY: all build run test test-go test-fuzz parity test-node test-browser deps-node deps-browser \
-        wasm bench check-imports generate check-generated clean
+        wasm bench check-imports generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
 
@@ -39,7 +39,7 @@ wasm:
 	cmp -s "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js || cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js
 	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm ./wasm/wasip1
 
-test: wasm check-generated test-go test-fuzz parity test-node test-browser
+test: wasm check-generated test-go test-fuzz parity test-node test-browser test-worker
 	@echo "make test: all suites passed"
 
 # test-go leaves the parity run to its own target, which prints its seed.
@@ -92,6 +92,40 @@ bench: wasm
 # Server load: both engines, Redis and etcd baselines (docs/BENCHMARKS.md "Server load").
 	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
 	$(GO) run ./cmd/leaseplane bench --clients 64 --duration 5s --bare --redis --etcd
+
+# worker builds the Cloudflare Workers tier into bin/worker (docs/WORKERS.md):
+# the Go front worker (cmd/worker, GOOS=js, with syumai/workers' glue),
+# the Durable Object (cmd/worker/*.mjs) and the kernel's wasip1 build.
+WORKER := bin/worker
+worker: wasm
+	@mkdir -p bin
+	rm -rf $(WORKER)
+	$(GO) run github.com/syumai/workers/cmd/workers-assets-gen -mode=go -o $(WORKER)
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $(WORKER)/app.wasm ./cmd/worker
+	cp wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm $(WORKER)/kernel.wasm
+	cp cmd/worker/index.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs $(WORKER)/
+
+# worker-dev runs the worker in a local workerd (Miniflare) on PORT, with
+# its storage in ./data/worker, makes a workspace and prints its key.
+PORT ?= 8787
+worker-dev: worker
+	test -d node_modules/miniflare || npm ci
+	WRANGLER_SEND_METRICS=false node cmd/worker/dev.mjs --port $(PORT) --data ./data/worker
+
+# test-worker: the REST suite, restarts and parity (corpus + seeded random
+# scenarios, expected bytes from the native kernel) against the worker in
+# workerd, offline.
+WORKER_PARITY_N ?= 1000
+test-worker: worker
+	test -d node_modules/miniflare || npm ci
+	$(GO) run ./cmd/worker/paritygen -n $(WORKER_PARITY_N) -o bin/worker-parity.jsonl
+	WRANGLER_SEND_METRICS=false LEASEPLANE_WORKER_PARITY=bin/worker-parity.jsonl node --test cmd/worker/test/
+
+# bench-worker: request latency and throughput in Miniflare, through the
+# front worker and to the object directly (docs/BENCHMARKS.md).
+bench-worker: worker
+	test -d node_modules/miniflare || npm ci
+	WRANGLER_SEND_METRICS=false node cmd/worker/bench.mjs
 
 clean:
 	rm -rf bin web/static/leaseplane.wasm web/static/wasm_exec.js web/static/leaseplane.wasm.gz web/static/leaseplane.wasm.br wasm/wazero/run-make-wasm

@@ -1,0 +1,86 @@
+// miniflare.mjs starts the worker (bin/worker, built by make worker) in a
+// local workerd through Miniflare, with the bindings that wrangler.jsonc
+// declares: offline (no Cloudflare account, cf: false), storage persisted
+// under a folder of the caller's choice.
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Miniflare } from "miniflare";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const root = path.resolve(here, "..", "..");
+
+// readConfig reads wrangler.jsonc: JSON with // comments on their own lines.
+export function readConfig() {
+  const text = fs.readFileSync(path.join(here, "wrangler.jsonc"), "utf8");
+  const json = text
+    .split("\n")
+    .filter((l) => !l.trim().startsWith("//"))
+    .join("\n");
+  return JSON.parse(json);
+}
+
+// start runs the worker. opts: dataDir (persisted storage; required),
+// port (0 or absent: dispatch only, no socket), adminSecret, testClock.
+export async function start({ dataDir, port, adminSecret = "", testClock = false }) {
+  const cfg = readConfig();
+  const main = path.resolve(here, cfg.main);
+  if (!fs.existsSync(main)) throw new Error(`${main} is missing: run make worker`);
+  const durableObjects = {};
+  for (const b of cfg.durable_objects.bindings) {
+    const sqlite = cfg.migrations.some((m) => (m.new_sqlite_classes || []).includes(b.class_name));
+    durableObjects[b.name] = { className: b.class_name, useSQLite: sqlite };
+  }
+  const bindings = {};
+  if (adminSecret) bindings.LEASEPLANE_ADMIN_SECRET = adminSecret;
+  if (testClock) bindings.LEASEPLANE_TEST_CLOCK = "1";
+  const opts = {
+    modules: true,
+    scriptPath: main,
+    modulesRoot: path.dirname(main),
+    modulesRules: [
+      { type: "CompiledWasm", include: ["**/*.wasm"] },
+      { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
+    ],
+    compatibilityDate: cfg.compatibility_date,
+    durableObjects,
+    kvNamespaces: cfg.kv_namespaces.map((k) => k.binding),
+    bindings,
+    cf: false,
+    durableObjectsPersist: path.join(dataDir, "do"),
+    kvPersist: path.join(dataDir, "kv"),
+  };
+  if (port !== undefined && port !== null) {
+    opts.host = "127.0.0.1";
+    opts.port = port;
+  }
+  const mf = new Miniflare(opts);
+  const url = await mf.ready;
+  return { mf, url: String(url).replace(/\/$/, "") };
+}
+
+// createWorkspace makes a workspace through the admin route and returns its
+// workspace key.
+export async function createWorkspace(base, adminSecret, name, rules) {
+  const res = await fetch(`${base}/admin/v1/workspaces?name=${encodeURIComponent(name)}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${adminSecret}` },
+    body: rules === undefined ? "" : JSON.stringify(rules),
+  });
+  const body = await res.json();
+  if (res.status !== 200) throw new Error(`creating workspace ${name}: ${res.status} ${JSON.stringify(body)}`);
+  return body.key;
+}
+
+// createKey makes another key of a workspace.
+export async function createKey(base, adminSecret, workspace, role, agentDid) {
+  const q = new URLSearchParams({ workspace, role });
+  if (agentDid) q.set("agentDid", agentDid);
+  const res = await fetch(`${base}/admin/v1/keys?${q}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${adminSecret}` },
+  });
+  const body = await res.json();
+  if (res.status !== 200) throw new Error(`creating a ${role} key: ${res.status} ${JSON.stringify(body)}`);
+  return body;
+}
