@@ -20,9 +20,10 @@
 //
 //   POST /create        make the workspace (body: its rules)
 //   POST /replay        replay one scenario in a fresh machine of its own
-//                       (the parity run): {"rules": string|null,
-//                       "steps": [string...]} → per step status,
-//                       Retry-After, answer and events, and the trust
+//                       (the parity run): {"rules": b64|null,
+//                       "steps": [b64...]} → per step status,
+//                       Retry-After, answer and events, and the trust,
+//                       every bytes field in base64
 //   POST /test/clock?advanceMs=N   and   GET /test/state
 //                       only when the binding LEASEPLANE_TEST_CLOCK is "1":
 //                       move this object's clock ahead (alarms fire in
@@ -66,6 +67,8 @@ const b64 = (u8) => {
   for (let i = 0; i < u8.length; i += 0x8000) s += String.fromCharCode(...u8.subarray(i, i + 0x8000));
   return btoa(s);
 };
+
+const unb64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
 
 export class Workspace extends DurableObject {
   constructor(ctx, env) {
@@ -223,7 +226,7 @@ export class Workspace extends DurableObject {
   replay(input) {
     const k = (this.replayKernel ??= new Kernel(kernelModule));
     try {
-      k.new(input.rules == null ? EMPTY : enc.encode(input.rules));
+      k.new(input.rules == null ? EMPTY : unb64(input.rules));
     } catch (err) {
       if (k.broken) this.replayKernel = null;
       return json(200, { e: err.message });
@@ -231,7 +234,7 @@ export class Workspace extends DurableObject {
     const steps = [];
     try {
       for (const s of input.steps) {
-        const r = k.step(enc.encode(s));
+        const r = k.step(unb64(s));
         steps.push({ s: r.status, r: r.retryAfter, a: b64(r.answer), v: b64(r.events) });
       }
       return json(200, { steps, trust: b64(k.trust()) });

@@ -1,0 +1,150 @@
+// Command paritygen writes the parity run of the Workers tier: every corpus
+// scenario (kernel/testdata/scenarios) and N seeded random scenarios
+// (kernel/scenario.Random), each with what the native kernel answers at
+// every step, one JSON object per line. cmd/worker/test/parity.test.mjs
+// replays each scenario through the Durable Object in workerd and compares
+// the bytes.
+//
+// Usage: go run ./cmd/worker/paritygen [-n 1000] [-seed S] [-o FILE]
+//
+// A line is {"name", "rules": bytes|null, "steps": [bytes...], "expect":
+// {"steps": [{"s": status, "r": Retry-After, "a": answer, "v": events}...],
+// "trust": bytes}}, every bytes field in base64 (so invalid UTF-8 in a
+// random step reaches the object as it is), or
+// {"name", "refused": message} for a scenario the parser refuses before any
+// kernel sees it. The seed is printed; -seed reproduces a run.
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/scenario"
+)
+
+type step struct {
+	S int    `json:"s"`
+	R int    `json:"r"`
+	A string `json:"a"`
+	V string `json:"v"`
+}
+
+type expect struct {
+	Steps []step `json:"steps"`
+	Trust string `json:"trust"`
+}
+
+type line struct {
+	Name    string   `json:"name"`
+	Rules   *string  `json:"rules,omitempty"`
+	Steps   []string `json:"steps,omitempty"`
+	Expect  *expect  `json:"expect,omitempty"`
+	Refused string   `json:"refused,omitempty"`
+}
+
+func main() {
+	n := flag.Int("n", 1000, "random scenarios")
+	seed := flag.Int64("seed", 0, "first seed of the random scenarios (0: from the clock)")
+	out := flag.String("o", "-", "output file (- for stdout)")
+	corpus := flag.String("corpus", "kernel/testdata/scenarios", "corpus folder")
+	flag.Parse()
+	if *seed == 0 {
+		*seed = time.Now().UnixNano() & (1<<62 - 1)
+	}
+	if err := run(*n, *seed, *out, *corpus); err != nil {
+		fmt.Fprintln(os.Stderr, "paritygen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int, seed int64, out, corpus string) error {
+	files, err := filepath.Glob(filepath.Join(corpus, "*.json"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no scenarios under %s", corpus)
+	}
+	sort.Strings(files)
+	w := os.Stdout
+	if out != "-" {
+		f, err := os.Create(out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	enc := json.NewEncoder(bw)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		l, err := expected(filepath.Base(f), b)
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(l); err != nil {
+			return err
+		}
+	}
+	for i := range n {
+		s := seed + int64(i)
+		l, err := expected("random seed "+strconv.FormatInt(s, 10), scenario.Random(s))
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(l); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "paritygen: %d corpus and %d random scenarios from seed %d (reproduce with -seed %d)\n", len(files), n, seed, seed)
+	return bw.Flush()
+}
+
+// expected replays one scenario natively, step by step.
+func expected(name string, in []byte) (line, error) {
+	s, err := scenario.Parse(in)
+	if err != nil {
+		return line{Name: name, Refused: err.Error()}, nil
+	}
+	l := line{Name: name, Steps: make([]string, len(s.Steps))}
+	if s.Rules != nil {
+		r := b64(s.Rules)
+		l.Rules = &r
+	}
+	e, err := kernel.Native.New(s.Rules)
+	if err != nil {
+		return line{Name: name, Refused: err.Error()}, nil
+	}
+	defer e.Close()
+	ex := &expect{Steps: make([]step, len(s.Steps))}
+	for i, st := range s.Steps {
+		l.Steps[i] = b64(st)
+		res, err := e.Step(st)
+		if err != nil {
+			return line{}, fmt.Errorf("%s: step %d: %v", name, i, err)
+		}
+		ex.Steps[i] = step{S: res.Status, R: res.RetryAfterSec, A: b64(res.Answer), V: b64(res.Events)}
+	}
+	trust, err := e.Trust()
+	if err != nil {
+		return line{}, err
+	}
+	ex.Trust = b64(trust)
+	l.Expect = ex
+	return l, nil
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
