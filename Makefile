@@ -5,8 +5,8 @@ GO      ?= go
 BIN     := bin/leaseplane
 FUZZTIME ?= 10s
 
-.PHONY: all build run test test-go test-fuzz parity test-node test-browser deps-node deps-browser \
-        wasm bench check-imports generate check-generated clean worker worker-dev test-worker bench-worker
+.PHONY: all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
+        wasm bench deps-bench check-imports generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
 
@@ -43,9 +43,19 @@ test: wasm check-generated test-go test-fuzz parity test-node test-browser test-
 	@echo "make test: all suites passed"
 
 # test-go leaves the parity run to its own target, which prints its seed.
-test-go:
+test-go: test-bench-tool
 	$(GO) vet ./...
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/wasm/parity$$')
+
+# The load tool is a module of its own (cmd/leaseplane-bench/go.mod), so
+# that go-redis and etcd's client stay out of the product; its tests drive
+# a real redis-server and etcd.
+BENCH_TOOL := cmd/leaseplane-bench
+test-bench-tool: wasm deps-bench
+	cd $(BENCH_TOOL) && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+deps-bench:
+	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
 
 # A short run of every fuzz target (go test runs one target per invocation).
 test-fuzz:
@@ -87,11 +97,11 @@ check-generated: generate
 	@git diff --exit-code --stat -- web/corpus 'web/*_templ.go' || { echo "check-generated: generated files are stale: run make generate and commit them"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- web/corpus 'web/*_templ.go')" || { git status --short -- web/corpus 'web/*_templ.go'; echo "check-generated: new generated files are not committed: run make generate and commit them"; exit 1; }
 
-bench: wasm
+bench: wasm deps-bench
 	$(GO) test -run '^$$' -bench . -benchmem ./kernel
-# Server load: both engines, Redis and etcd baselines (docs/BENCHMARKS.md "Server load").
-	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
-	$(GO) run ./cmd/leaseplane bench --clients 64 --duration 5s --bare --redis --etcd
+# Server load: both engines against Redis (go-redis) and etcd (clientv3
+# concurrency.Mutex), three workloads (docs/BENCHMARKS.md "Server load").
+	cd $(BENCH_TOOL) && $(GO) run . --clients 64 --duration 5s --engines native,wasm
 
 # worker builds the Cloudflare Workers tier into bin/worker (docs/WORKERS.md):
 # the Go front worker (cmd/worker, GOOS=js, with syumai/workers' glue),

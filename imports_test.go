@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -184,6 +185,31 @@ func TestOnlyCmdReadsEnvironment(t *testing.T) {
 				if bytes.Contains(src, []byte(call)) {
 					t.Errorf("%s/%s calls %s...): only cmd/ reads the environment", me, f, strings.TrimSuffix(call, "("))
 				}
+			}
+		}
+	}
+}
+
+// peerClients are the client libraries of the peers that the load tool
+// (cmd/leaseplane-bench, a module of its own) measures against: none may
+// reach the product binary.
+var peerClients = []string{"github.com/redis/", "go.etcd.io/", "google.golang.org/grpc"}
+
+func TestProductHasNoPeerClients(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "./cmd/leaseplane")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go list -deps ./cmd/leaseplane: %v\n%s", err, stderr.String())
+	}
+	deps := strings.Fields(stdout.String())
+	if !slices.Contains(deps, module+"/server") {
+		t.Fatalf("go list -deps ./cmd/leaseplane does not list the server; got %d packages", len(deps))
+	}
+	for _, d := range deps {
+		for _, c := range peerClients {
+			if strings.HasPrefix(d, c) {
+				t.Errorf("cmd/leaseplane depends on %s: peers' clients belong to cmd/leaseplane-bench's own module", d)
 			}
 		}
 	}

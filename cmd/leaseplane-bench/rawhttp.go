@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// rawHTTP is the bench's minimal HTTP/1.1 client: one kept-alive
-// connection, one request at a time, answers with Content-Length only.
-// It costs the load generator a fraction of net/http's client, so more of
-// the shared cores go to the server under test (the Redis baseline gets
-// the same treatment from its minimal RESP client).
+// rawHTTP is the tool's minimal HTTP/1.1 client (--raw-client, and the
+// bare map): one kept-alive connection, one request at a time, answers with
+// Content-Length only. It costs the load generator a fraction of net/http's
+// client, so a profile shows the server's share more clearly; the
+// comparison with the peers uses server/client, as users do.
 type rawHTTP struct {
 	addr string // host:port
 	auth string // "Bearer KEY" or ""
