@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
@@ -193,15 +194,20 @@ func (s *Server) Authenticate(ctx context.Context, key string) (status int, answ
 	return r.status, r.answer, ok
 }
 
-// keyCache remembers keys looked up in the store for a while.
+// keyCache remembers keys looked up in the store for a while. Every entry
+// carries the key epoch at which its look-up began; an entry of an older
+// epoch is not trusted, so a revocation, which raises the epoch, takes
+// effect for every cached key at once.
 type keyCache struct {
 	mu      sync.RWMutex
 	entries map[string]keyEntry
+	epoch   atomic.Int64 // the newest key epoch seen in the store
 }
 
 type keyEntry struct {
 	key     store.Key
 	checked time.Time
+	epoch   int64
 }
 
 // maxKeyLen bounds what is looked up at all.
@@ -216,10 +222,11 @@ func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply
 		return store.Key{}, bad(), false
 	}
 	now := time.UnixMilli(s.nowMs())
+	epoch := s.keys.epoch.Load()
 	s.keys.mu.RLock()
 	e, hit := s.keys.entries[key]
 	s.keys.mu.RUnlock()
-	if hit && now.Sub(e.checked) < s.cfg.KeyCacheTTL && now.Sub(e.checked) >= 0 {
+	if hit && e.epoch == epoch && now.Sub(e.checked) < s.cfg.KeyCacheTTL && now.Sub(e.checked) >= 0 {
 		return e.key, reply{}, true
 	}
 	k, found, err := s.store.LookupKey(ctx, key)
@@ -239,7 +246,62 @@ func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply
 	if len(s.keys.entries) > 100000 {
 		clear(s.keys.entries)
 	}
-	s.keys.entries[key] = keyEntry{key: k, checked: now}
+	s.keys.entries[key] = keyEntry{key: k, checked: now, epoch: epoch}
 	s.keys.mu.Unlock()
 	return k, reply{}, true
+}
+
+// DefaultKeyPoll is how often a server reads the store's key epoch when
+// Config.KeyPoll is 0: a revocation made by another process (leaseplane
+// keys revoke) takes effect within it.
+const DefaultKeyPoll = 50 * time.Millisecond
+
+// RevokeKey revokes a key (by id, or the key itself) and stops accepting it
+// at once: no request that starts after RevokeKey returns is accepted
+// with it.
+func (s *Server) RevokeKey(ctx context.Context, idOrKey string) (store.Key, error) {
+	k, err := s.store.RevokeKey(idOrKey, s.nowMs())
+	if err != nil {
+		return k, err
+	}
+	return k, s.syncKeyEpoch(ctx)
+}
+
+// syncKeyEpoch reads the store's key epoch; when it rose, cached keys stop
+// being trusted and the epoch is acknowledged in the store (leaseplane keys
+// revoke waits for that).
+func (s *Server) syncKeyEpoch(ctx context.Context) error {
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
+	epoch, applied, err := s.store.KeyEpochs(ctx)
+	if err != nil {
+		return err
+	}
+	if epoch != s.keys.epoch.Load() {
+		s.keys.epoch.Store(epoch)
+		s.keys.mu.Lock()
+		clear(s.keys.entries)
+		s.keys.mu.Unlock()
+	}
+	if applied < epoch {
+		return s.store.AckKeyEpoch(epoch)
+	}
+	return nil
+}
+
+// watchKeys runs syncKeyEpoch every Config.KeyPoll until stop closes.
+func (s *Server) watchKeys(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.KeyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if err := s.syncKeyEpoch(context.Background()); err != nil {
+				s.log.Warn("reading the key epoch failed; will try again", "err", err)
+			}
+		}
+	}
 }

@@ -27,3 +27,17 @@ func lockDataDir(dir string) (release func(), err error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// DataDirInUse reports whether a running leaseplane serve holds dir's lock.
+func DataDirInUse(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "serve.lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}

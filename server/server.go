@@ -103,8 +103,13 @@ type Config struct {
 	// snapshots; 0 means 1000.
 	SnapshotEvery int
 	// KeyCacheTTL is how long a looked-up key is trusted before it is read
-	// again (so a revocation takes effect within it); 0 means 2 s.
+	// again; 0 means 2 s. A revocation does not wait for it: RevokeKey
+	// takes effect at once, one by another process (leaseplane keys revoke)
+	// within KeyPoll.
 	KeyCacheTTL time.Duration
+	// KeyPoll is how often the store's key epoch, raised by every
+	// revocation, is read; 0 means DefaultKeyPoll.
+	KeyPoll time.Duration
 	// FirstRules are the kernel rules ({"readShared": [...]}) of the
 	// workspace Bootstrap creates; empty means none.
 	FirstRules []byte
@@ -126,6 +131,9 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	keys    keyCache
+	keyMu   sync.Mutex // serializes syncKeyEpoch
+	keyStop chan struct{}
+	keyDone chan struct{}
 	commit  *committer
 	events  *eventSink
 	clock   *planeClock
@@ -173,6 +181,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.KeyCacheTTL <= 0 {
 		cfg.KeyCacheTTL = 2 * time.Second
 	}
+	if cfg.KeyPoll <= 0 {
+		cfg.KeyPoll = DefaultKeyPoll
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -212,6 +223,12 @@ func New(cfg Config) (*Server, error) {
 	s.events = newEventSink(s)
 	go s.commit.run()
 	go s.events.run()
+	if err := s.syncKeyEpoch(context.Background()); err != nil {
+		s.stopAll()
+		return nil, err
+	}
+	s.keyStop, s.keyDone = make(chan struct{}), make(chan struct{})
+	go s.watchKeys(s.keyStop, s.keyDone)
 	wss, err := st.Workspaces()
 	if err != nil {
 		s.stopAll()
@@ -315,6 +332,10 @@ func (s *Server) stopAll() error {
 		ws.disarm()
 		ws.closed = true
 		ws.mu.Unlock()
+	}
+	if s.keyStop != nil {
+		close(s.keyStop)
+		<-s.keyDone
 	}
 	s.commit.stop()
 	s.events.stop()

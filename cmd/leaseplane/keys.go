@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -27,7 +29,8 @@ word on stdout. Keys are stored only as hashes: the key is shown once.
 A workspace key may name any agent of its workspace; an agent key (--agent)
 only that DID; an operator key (--operator) what a workspace key may, and
 POST /api/v1/acp/operator/suspend and /resume.
-A running server notices a revocation within 2 s.`
+When a server runs on DIR, revoke returns once that server has stopped
+accepting the key (it reads revocations every 50 ms).`
 
 func runKeys(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -171,6 +174,10 @@ func keysList(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// revokeWait bounds how long keys revoke waits for a running server to
+// confirm a revocation.
+const revokeWait = 5 * time.Second
+
 func keysRevoke(args []string, stdout, stderr io.Writer) int {
 	fs, data := keysFlags("revoke", stderr)
 	pos, err := parseInterleaved(fs, args)
@@ -197,5 +204,19 @@ func keysRevoke(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "revoked %s key %s of workspace %s\n", k.Role, k.ID, k.Workspace)
+	if server.DataDirInUse(*data) {
+		// The running server drops its cached keys when it sees the key
+		// epoch rise, and records that it has: wait for it.
+		epoch, _, err := st.KeyEpochs(context.Background())
+		for deadline := time.Now().Add(revokeWait); err == nil && time.Now().Before(deadline); {
+			var applied int64
+			if _, applied, err = st.KeyEpochs(context.Background()); err == nil && applied >= epoch {
+				fmt.Fprintln(stdout, "the server running on "+*data+" no longer accepts it")
+				return 0
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		fmt.Fprintf(stderr, "leaseplane keys revoke: warning: the server running on %s has not confirmed the revocation within %s (%v); it stops accepting the key when it next reads the store\n", *data, revokeWait, err)
+	}
 	return 0
 }

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -433,7 +434,9 @@ func (s *Store) Keys(workspace string) ([]Key, error) {
 }
 
 // RevokeKey revokes the key with this id (or this whole key). Revoking a
-// revoked key is not an error; an unknown one is ErrNotFound.
+// revoked key is not an error; an unknown one is ErrNotFound. In the same
+// transaction it raises the key epoch (KeyEpochs), which a running server
+// watches to drop the keys it has cached.
 func (s *Store) RevokeKey(idOrKey string, nowMs int64) (Key, error) {
 	id := idOrKey
 	if strings.HasPrefix(idOrKey, KeyPrefix) {
@@ -442,19 +445,51 @@ func (s *Store) RevokeKey(idOrKey string, nowMs int64) (Key, error) {
 			id = rest[:i]
 		}
 	}
-	res, err := s.db.Exec(`UPDATE keys SET revoked_ms = ? WHERE id = ? AND revoked_ms = 0`, nowMs, id)
+	nowMs = max(nowMs, 1) // revoked_ms 0 means not revoked
+	tx, err := s.db.Begin()
 	if err != nil {
 		return Key{}, fmt.Errorf("store: revoke key %s: %w", id, err)
 	}
-	_ = res
-	k, err := scanKey(s.db.QueryRow(`SELECT `+keyColumns+` WHERE k.id = ?`, id))
+	defer tx.Rollback()
+	if _, err := tx.Exec(`UPDATE keys SET revoked_ms = ? WHERE id = ? AND revoked_ms = 0`, nowMs, id); err != nil {
+		return Key{}, fmt.Errorf("store: revoke key %s: %w", id, err)
+	}
+	k, err := scanKey(tx.QueryRow(`SELECT `+keyColumns+` WHERE k.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Key{}, fmt.Errorf("key %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return Key{}, fmt.Errorf("store: read key %s: %w", id, err)
 	}
+	if _, err := tx.Exec(`INSERT INTO meta(key, value) VALUES('key_epoch', '1')
+		ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`); err != nil {
+		return Key{}, fmt.Errorf("store: raise the key epoch: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Key{}, fmt.Errorf("store: revoke key %s: %w", id, err)
+	}
 	return k, nil
+}
+
+// KeyEpochs reads the key epoch, raised by every revocation, and the
+// newest epoch a running server has applied (dropped its cached keys for).
+func (s *Store) KeyEpochs(ctx context.Context) (epoch, applied int64, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT
+		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch'), 0),
+		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch_applied'), 0)`).Scan(&epoch, &applied)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: read the key epoch: %w", err)
+	}
+	return epoch, applied, nil
+}
+
+// AckKeyEpoch records that a running server applies key epoch n.
+func (s *Store) AckKeyEpoch(n int64) error {
+	if _, err := s.db.Exec(`INSERT INTO meta(key, value) VALUES('key_epoch_applied', ?)
+		ON CONFLICT(key) DO UPDATE SET value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))`, strconv.FormatInt(n, 10)); err != nil {
+		return fmt.Errorf("store: record the applied key epoch: %w", err)
+	}
+	return nil
 }
 
 // Record is one logged command of a workspace.
