@@ -162,6 +162,13 @@ func (c *committer) commit(batch []pending) int {
 		}
 		return 0
 	}
+	if l := c.s.ledger; l != nil {
+		// Before the answers leave: a receipt asked for right after a grant
+		// knows the ledger is to have it.
+		for _, p := range batch {
+			l.Notify(p.rec.Workspace, p.rec.Seq, p.events)
+		}
+	}
 	for _, p := range batch {
 		close(p.t.done)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/ledger"
 )
 
 // The routes.
@@ -31,6 +32,7 @@ func (s *Server) routes() {
 	s.mux.Handle(RouteWait, s.route(http.MethodGet, kernel.OpWait))
 	s.mux.Handle(RouteSuspend, s.route(http.MethodPost, kernel.OpSuspend))
 	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
+	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
 	s.mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, refusal(404, ReasonNotFound, "no route "+r.URL.Path+"; the routes are "+
 			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteSuspend+" and "+RouteResume))

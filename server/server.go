@@ -48,10 +48,19 @@
 // restart the replayed log emits its events again and the table keeps each
 // (workspace, seq, index) once.
 //
+// # Ledger
+//
+// Unless Config.NoLedger, every event also goes to the workspace's signed
+// ledger (server/ledger): the log row of each command keeps its events, the
+// committer hands them to the ledger before the answers leave, and the
+// ledger's own writer appends them, catching up from the log after a
+// failure or a crash. GET /api/v1/ledger/... serves it under the same keys.
+//
 // # Data folder
 //
 // The folder holds leaseplane.db (workspaces, key hashes, log, snapshots),
-// events.db and serve.lock, an exclusive lock that keeps a second server
+// events.db, ledger.db, ledger-keys/ (one signing key per workspace, 0600)
+// and serve.lock, an exclusive lock that keeps a second server
 // off the same folder. docs/SERVER.md describes them for operators.
 package server
 
@@ -66,6 +75,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -116,6 +126,14 @@ type Config struct {
 	// CommitFault, when set, is called before each commit; a non-nil error
 	// fails the commit as a disk write failure would. A seam for tests.
 	CommitFault func() error
+	// NoLedger turns the signed ledger off (for measuring what it costs).
+	NoLedger bool
+	// LedgerFault, when set, is called before each ledger write; a non-nil
+	// error fails it. A seam for tests of the ledger's outage path.
+	LedgerFault func() error
+	// PublicHost, when set, goes in front of the ledger origins of
+	// workspaces made from now on: HOST/leaseplane/<workspace>.
+	PublicHost string
 }
 
 // DefaultMaxBodyBytes is the request body limit when Config leaves it 0.
@@ -138,6 +156,7 @@ type Server struct {
 	events  *eventSink
 	clock   *planeClock
 	bodies  bodyGuard
+	ledger  *ledger.Ledger // nil when Config.NoLedger
 
 	wsMu       sync.RWMutex
 	workspaces map[int64]*workspace
@@ -195,10 +214,26 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(cfg.DataDir, store.Options{BeforeCommit: cfg.CommitFault})
+	var led *ledger.Ledger
+	opts := store.Options{BeforeCommit: cfg.CommitFault, LedgerFault: cfg.LedgerFault}
+	if !cfg.NoLedger {
+		// The log is kept behind the ledger's position, so that the
+		// ledger can always catch up from it.
+		opts.LogKeepAfter = func(ws int64) int64 { return led.KeepAfter(ws) }
+	}
+	st, err := store.Open(cfg.DataDir, opts)
 	if err != nil {
 		unlock()
 		return nil, err
+	}
+	if !cfg.NoLedger {
+		led, err = ledger.New(ledger.Config{Store: st, DataDir: cfg.DataDir, Host: cfg.PublicHost, Logger: log})
+		if err != nil {
+			st.Close()
+			unlock()
+			return nil, err
+		}
+		led.Start()
 	}
 	s := &Server{
 		cfg:        cfg,
@@ -208,6 +243,7 @@ func New(cfg Config) (*Server, error) {
 		mux:        http.NewServeMux(),
 		workspaces: map[int64]*workspace{},
 		unlock:     unlock,
+		ledger:     led,
 	}
 	last, err := st.LastStampMs()
 	if err != nil {
@@ -248,6 +284,8 @@ func New(cfg Config) (*Server, error) {
 
 // nowMs is the plane's time: see planeClock.
 func (s *Server) nowMs() int64 { return s.clock.nowMs(s.cfg.Clock) }
+// Ledger is the server's signed ledger; nil when Config.NoLedger.
+func (s *Server) Ledger() *ledger.Ledger { return s.ledger }
 
 // Store is the server's store (for the ledger, tests and the CLI).
 func (s *Server) Store() *store.Store { return s.store }
@@ -339,6 +377,9 @@ func (s *Server) stopAll() error {
 	}
 	s.commit.stop()
 	s.events.stop()
+	if s.ledger != nil {
+		s.ledger.Stop()
+	}
 	var first error
 	for _, ws := range wss {
 		ws.mu.Lock()

@@ -28,6 +28,8 @@ type testServer struct {
 	dir   string
 	key   string
 	fault atomic.Pointer[error]
+	// ledgerFault, when set, fails every ledger write.
+	ledgerFault atomic.Pointer[error]
 }
 
 func newTestServer(t *testing.T, dir string) *testServer {
@@ -40,6 +42,12 @@ func newTestServer(t *testing.T, dir string) *testServer {
 		AfterFunc: ts.clock.AfterFunc,
 		CommitFault: func() error {
 			if e := ts.fault.Load(); e != nil {
+				return *e
+			}
+			return nil
+		},
+		LedgerFault: func() error {
+			if e := ts.ledgerFault.Load(); e != nil {
 				return *e
 			}
 			return nil

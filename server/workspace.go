@@ -55,6 +55,13 @@ func (s *Server) workspace(id int64) (*workspace, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.ledger != nil {
+		// The workspace's signing key is made with it (or on its first
+		// load by a server that has a ledger).
+		if err := s.ledger.Workspace(w.ID, w.Name); err != nil {
+			return nil, err
+		}
+	}
 	s.wsMu.Lock()
 	if ws = s.workspaces[id]; ws == nil {
 		ws = &workspace{id: w.ID, name: w.Name}
@@ -182,6 +189,7 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 			Op:        string(op),
 			Body:      append([]byte(nil), body...),
 			Status:    res.Status,
+			Events:    res.Events, // the ledger is derived from the log
 		}
 		ws.sinceSnap++
 		ws.logBytes += len(body) + logRowOverhead

@@ -13,6 +13,12 @@
 //     transaction (group commit);
 //   - snapshots: the latest kernel snapshot of each workspace and the seq it
 //     follows; replay starts there, so it is bounded;
+//   - the log rows also keep the events each command emitted (a JSON
+//     array; NULL in rows written before the ledger existed), so the ledger
+//     is derived from the durable log; the log is trimmed only behind the
+//     point the ledger has caught up to (Options.LogKeepAfter);
+//   - the ledger (in DIR/ledger.db, a file of its own, ledger.go): entries,
+//     stored tree hashes, signed checkpoints and each workspace's position;
 //   - events (in DIR/events.db, a file of its own): every kernel event, one
 //     row each, append-only (triggers refuse UPDATE and DELETE); written best
 //     effort, never in the way of a command.
@@ -71,6 +77,7 @@ CREATE TABLE IF NOT EXISTS log(
 	op TEXT NOT NULL,
 	body BLOB NOT NULL,
 	status INTEGER NOT NULL,
+	events BLOB,
 	PRIMARY KEY(workspace_id, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS snapshots(
 	workspace_id INTEGER PRIMARY KEY,
@@ -104,12 +111,21 @@ type Options struct {
 	// are written; a non-nil error fails that Commit as a disk write failure
 	// would. It is a seam for tests of the failure path.
 	BeforeCommit func() error
+	// LogKeepAfter, when set, gives for a workspace the seq after which its
+	// log rows must be kept whatever the snapshots say: the ledger's
+	// position, so that a ledger that fell behind can still catch up.
+	LogKeepAfter func(workspace int64) int64
+	// LedgerFault, when set, runs inside every AppendLedger; a non-nil error
+	// fails it as a disk failure would. A seam for tests of the ledger's
+	// outage path.
+	LedgerFault func() error
 }
 
 // Store is an open database.
 type Store struct {
 	db   *sql.DB // leaseplane.db: workspaces, keys, log, snapshots
 	edb  *sql.DB // events.db: events
+	ldb  *sql.DB // ledger.db: the ledger
 	path string
 	opts Options
 
@@ -165,10 +181,20 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", epath, err)
 	}
 	edb.SetMaxOpenConns(2)
-	s := &Store{db: db, edb: edb, path: path, opts: opts}
+	lpath := filepath.Join(dir, LedgerFileName)
+	ldb, err := sql.Open("sqlite", "file:"+lpath+
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		db.Close()
+		edb.Close()
+		return nil, fmt.Errorf("store: open %s: %w", lpath, err)
+	}
+	ldb.SetMaxOpenConns(4)
+	s := &Store{db: db, edb: edb, ldb: ldb, path: path, opts: opts}
 	if err := s.init(); err != nil {
 		db.Close()
 		edb.Close()
+		ldb.Close()
 		return nil, err
 	}
 	return s, nil
@@ -180,6 +206,20 @@ func (s *Store) init() error {
 	}
 	if _, err := s.edb.Exec(eventsSchema); err != nil {
 		return fmt.Errorf("store: create events schema: %w", err)
+	}
+	if _, err := s.ldb.Exec(ledgerSchema); err != nil {
+		return fmt.Errorf("store: create ledger schema: %w", err)
+	}
+	// A log from before the ledger has no events column: add it (its old
+	// rows stay NULL: their events are not known).
+	var hasEvents int
+	if err := s.db.QueryRow(`SELECT count(*) FROM pragma_table_info('log') WHERE name = 'events'`).Scan(&hasEvents); err != nil {
+		return fmt.Errorf("store: read the log's columns: %w", err)
+	}
+	if hasEvents == 0 {
+		if _, err := s.db.Exec(`ALTER TABLE log ADD COLUMN events BLOB`); err != nil {
+			return fmt.Errorf("store: add the events column to the log: %w", err)
+		}
 	}
 	var v string
 	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
@@ -228,7 +268,8 @@ func (s *Store) Close() error {
 	}
 	err1 := s.db.Close()
 	err2 := s.edb.Close()
-	return errors.Join(err1, err2)
+	err3 := s.ldb.Close()
+	return errors.Join(err1, err2, err3)
 }
 
 // Workspace is one tenant: its own machine, keys, log and events.
@@ -500,6 +541,9 @@ type Record struct {
 	Op        string
 	Body      []byte
 	Status    int // the answer's status, checked on replay
+	// Events are the events the command emitted, the kernel's JSON array
+	// (Load leaves them empty; LogEvents reads them).
+	Events []byte
 	// Snapshot, when set, is the machine's state right after this command;
 	// Commit stores it as the workspace's snapshot.
 	Snapshot []byte
@@ -516,7 +560,7 @@ type Event struct {
 	Body      []byte // the event's JSON object
 }
 
-// rowsPerInsert bounds the rows of one multi-row INSERT (6 parameters
+// rowsPerInsert bounds the rows of one multi-row INSERT (6 or 7 parameters
 // each, well under SQLite's limit).
 const rowsPerInsert = 128
 
@@ -529,7 +573,8 @@ var (
 func buildSQL() {
 	for n := 1; n <= rowsPerInsert; n++ {
 		vals := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", n), ", ")
-		logSQL[n] = `INSERT INTO log(workspace_id, seq, now_ms, op, body, status) VALUES ` + vals
+		logSQL[n] = `INSERT INTO log(workspace_id, seq, now_ms, op, body, status, events) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", n), ", ")
 		eventsSQL[n] = `INSERT OR IGNORE INTO events(workspace_id, seq, idx, type, at_ms, body) VALUES ` + vals
 	}
 }
@@ -557,14 +602,18 @@ func (s *Store) Commit(recs []Record) error {
 	// driver than one statement per row.
 	for start := 0; start < len(recs); start += rowsPerInsert {
 		chunk := recs[start:min(start+rowsPerInsert, len(recs))]
-		args := make([]any, 0, 6*len(chunk))
+		args := make([]any, 0, 7*len(chunk))
 		for i := range chunk {
 			r := &chunk[i]
 			body := r.Body
 			if body == nil {
 				body = []byte{}
 			}
-			args = append(args, r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status)
+			events := r.Events
+			if events == nil || string(events) == "[]" {
+				events = []byte{} // no events; NULL means "not known"
+			}
+			args = append(args, r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status, events)
 		}
 		st, err := s.stmt(s.db, &s.logStmts, insertLogSQL(len(chunk)), len(chunk))
 		if err != nil {
@@ -581,7 +630,11 @@ func (s *Store) Commit(recs []Record) error {
 			if _, err := tx.Stmt(s.upSnap).Exec(r.Workspace, r.Seq, r.Snapshot); err != nil {
 				return fmt.Errorf("store: snapshot workspace %d at %d: %w", r.Workspace, r.Seq, err)
 			}
-			if _, err := tx.Stmt(s.delLog).Exec(r.Workspace, r.Seq-LogKeep); err != nil {
+			trim := r.Seq - LogKeep
+			if s.opts.LogKeepAfter != nil {
+				trim = min(trim, s.opts.LogKeepAfter(r.Workspace))
+			}
+			if _, err := tx.Stmt(s.delLog).Exec(r.Workspace, trim); err != nil {
 				return fmt.Errorf("store: trim log of workspace %d: %w", r.Workspace, err)
 			}
 		}

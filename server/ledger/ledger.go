@@ -1,0 +1,586 @@
+// Package ledger keeps the lease plane's signed ledgers: per workspace, an
+// append-only log of its events under RFC 6962 tree hashes, with signed
+// checkpoints, and the ledger routes of SPEC.md. The pure part (hashes,
+// notes, proofs, receipts, bundles, verification) is kernel/ledger; this
+// package stores it in SQLite through server/store (ledger.db) and keeps
+// the signing keys in the data folder (ledger-keys/, mode 0600).
+//
+// # Best effort and complete
+//
+// A command's events are written with the command itself into the durable
+// command log (the log row keeps the kernel's event array). After the
+// commit, the server hands them to Notify, which queues them without ever
+// blocking; one writer goroutine turns queued events into entries and
+// hashes and appends them, with the workspace's new position (the last
+// command whose events are in), in one transaction of ledger.db. A full
+// queue, a failed write or a crash leaves the position behind: the writer
+// then reads the missing commands' events back from the log and appends
+// them, in order, before anything newer. An append moves the position only
+// from where the writer last saw it, in the same transaction as its
+// entries, so an event is never written twice; the log is trimmed only
+// behind the position (store.Options.LogKeepAfter), so none is missing.
+// Ledger failures are logged and retried; they never reach a lease.
+//
+// # Checkpoints
+//
+// A checkpoint of each grown tree is signed once a second, and on demand
+// when a route needs one that covers more (a receipt of a new entry, a
+// request for the checkpoint). Every signed checkpoint is kept.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// Config configures a Ledger.
+type Config struct {
+	Store   *store.Store
+	DataDir string
+	// Host, when set, is the public host name put in front of the origins of
+	// workspaces whose keys are made from now on.
+	Host   string
+	Logger *slog.Logger
+	// Rand is where new signing keys come from; nil means crypto/rand.
+	Rand io.Reader
+	// Queue is how many commands' events wait for the writer before further
+	// ones are left to be caught up from the log; 0 means 16384.
+	Queue int
+	// SignEvery is the cadence of checkpoints under load; 0 means 1 s.
+	SignEvery time.Duration
+	// ReceiptWait bounds how long a receipt request waits for its entry
+	// and checkpoint; 0 means 2 s.
+	ReceiptWait time.Duration
+}
+
+// Ledger is every workspace's ledger. Create it with New, Start it, Stop it.
+type Ledger struct {
+	cfg   Config
+	st    *store.Store
+	log   *slog.Logger
+	queue chan item
+	wake  chan struct{}
+	stop  chan struct{}
+	done  sync.WaitGroup
+
+	mu  sync.RWMutex
+	wss map[int64]*wsLedger
+
+	appended, failures, caughtUp, signed atomic.Int64
+}
+
+type item struct {
+	ws     *wsLedger
+	seq    int64
+	events []byte
+}
+
+// wsLedger is one workspace's ledger state.
+type wsLedger struct {
+	id       int64
+	name     string
+	signer   string // never logged
+	verifier string
+	origin   string
+
+	notified atomic.Int64 // the last command handed to Notify
+	behind   atomic.Bool  // the writer must catch up from the log
+
+	mu     sync.Mutex
+	pos    store.LedgerPos // on disk
+	loaded bool
+	cache  map[int64][32]byte // recent stored hashes
+	grew   chan struct{}      // closed when pos or the checkpoint moves
+	cpSize int64
+	cpNote []byte
+
+	signMu sync.Mutex
+}
+
+// New makes the ledger; Start begins writing.
+func New(cfg Config) (*Ledger, error) {
+	if cfg.Store == nil || cfg.DataDir == "" {
+		return nil, errors.New("ledger: Config.Store and Config.DataDir are required")
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 16384
+	}
+	if cfg.SignEvery <= 0 {
+		cfg.SignEvery = time.Second
+	}
+	if cfg.ReceiptWait <= 0 {
+		cfg.ReceiptWait = 2 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Ledger{cfg: cfg, st: cfg.Store, log: log, queue: make(chan item, cfg.Queue),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), wss: map[int64]*wsLedger{}}, nil
+}
+
+// Start runs the writer and the signer.
+func (l *Ledger) Start() {
+	l.done.Add(2)
+	go l.writer()
+	go l.signer()
+}
+
+// Stop writes what is queued (what it cannot write stays in the log for
+// the next start), signs a last checkpoint and ends the goroutines.
+func (l *Ledger) Stop() {
+	close(l.stop)
+	l.done.Wait()
+}
+
+// Workspace opens a workspace's ledger, making its signing key when it has
+// none, and has the writer catch up with its log.
+func (l *Ledger) Workspace(id int64, name string) error {
+	l.mu.RLock()
+	w := l.wss[id]
+	l.mu.RUnlock()
+	if w != nil {
+		return nil
+	}
+	signer, created, err := EnsureKey(l.cfg.DataDir, l.cfg.Host, name, l.cfg.Rand)
+	if err != nil {
+		return err
+	}
+	verifier, err := kledger.VerifierOf(signer)
+	if err != nil {
+		return err
+	}
+	v := verifier[:len(verifier)]
+	origin := v[:indexByte(v, '+')]
+	if created {
+		l.log.Info("ledger signing key made", "workspace", name, "verifier", verifier)
+	}
+	w = &wsLedger{id: id, name: name, signer: signer, verifier: verifier, origin: origin,
+		cache: map[int64][32]byte{}, grew: make(chan struct{})}
+	w.behind.Store(true)
+	l.mu.Lock()
+	if l.wss[id] == nil {
+		l.wss[id] = w
+	}
+	l.mu.Unlock()
+	l.poke()
+	return nil
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return len(s)
+}
+
+func (l *Ledger) get(id int64) *wsLedger {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.wss[id]
+}
+
+func (l *Ledger) all() []*wsLedger {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]*wsLedger, 0, len(l.wss))
+	for _, w := range l.wss {
+		out = append(out, w)
+	}
+	return out
+}
+
+func (l *Ledger) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Notify hands the ledger the events of a committed command (the kernel's
+// JSON array). It never blocks: when the queue is full the writer reads
+// them back from the log later.
+func (l *Ledger) Notify(ws, seq int64, events []byte) {
+	w := l.get(ws)
+	if w == nil {
+		return // not opened: its first Workspace call catches up from the log
+	}
+	for {
+		n := w.notified.Load()
+		if seq <= n || w.notified.CompareAndSwap(n, seq) {
+			break
+		}
+	}
+	// Commands without events are queued too: they move the position, so
+	// the writer sees an unbroken run of commands and reads the log only
+	// when something was really left out.
+	select {
+	case l.queue <- item{ws: w, seq: seq, events: events}:
+	default:
+		w.behind.Store(true)
+	}
+}
+
+// KeepAfter is the seq after which a workspace's log must be kept: its
+// ledger position (0 before the ledger has read it).
+func (l *Ledger) KeepAfter(ws int64) int64 {
+	w := l.get(ws)
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.loaded {
+		return 0
+	}
+	return w.pos.Seq
+}
+
+// Stats are the ledger's counters.
+type Stats struct {
+	Appended, Failures, CaughtUp, Signed int64
+}
+
+// Stats reads the counters.
+func (l *Ledger) Stats() Stats {
+	return Stats{l.appended.Load(), l.failures.Load(), l.caughtUp.Load(), l.signed.Load()}
+}
+
+// catchUpRows bounds the log rows one catch-up step reads.
+const catchUpRows = 4096
+
+func (l *Ledger) writer() {
+	defer l.done.Done()
+	retry := time.NewTicker(200 * time.Millisecond)
+	defer retry.Stop()
+	var batch []item
+	for {
+		batch = batch[:0]
+		stopping := false
+		select {
+		case it := <-l.queue:
+			batch = append(batch, it)
+		case <-l.wake:
+		case <-retry.C:
+		case <-l.stop:
+			stopping = true
+		}
+	fill:
+		for len(batch) < 8192 {
+			select {
+			case it := <-l.queue:
+				batch = append(batch, it)
+			default:
+				break fill
+			}
+		}
+		l.write(batch)
+		if stopping {
+			// One more pass for what the last one left behind.
+			l.write(nil)
+			return
+		}
+	}
+}
+
+// write appends batch, and catches up every workspace that is behind.
+func (l *Ledger) write(batch []item) {
+	byWS := map[*wsLedger][]item{}
+	var order []*wsLedger
+	for _, it := range batch {
+		if _, ok := byWS[it.ws]; !ok {
+			order = append(order, it.ws)
+		}
+		byWS[it.ws] = append(byWS[it.ws], it)
+	}
+	for _, w := range l.all() {
+		if _, ok := byWS[w]; !ok && w.behind.Load() {
+			order = append(order, w)
+			byWS[w] = nil
+		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	var appends []store.LedgerAppend
+	var plans []*plan
+	for _, w := range order {
+		p, err := l.plan(w, byWS[w])
+		if err != nil {
+			l.failures.Add(1)
+			w.behind.Store(true)
+			l.log.Warn("ledger append planned for nothing: will catch up from the log", "workspace", w.name, "err", err)
+			continue
+		}
+		if p == nil {
+			continue
+		}
+		plans = append(plans, p)
+		appends = append(appends, p.app)
+	}
+	if len(appends) == 0 {
+		return
+	}
+	if err := l.st.AppendLedger(appends); err != nil {
+		l.failures.Add(1)
+		l.log.Warn("ledger write failed: leases go on; the ledger catches up from the log", "err", err)
+		for _, p := range plans {
+			p.w.behind.Store(true)
+			p.w.mu.Lock()
+			p.w.loaded = false // read the position again: it is what the disk says
+			p.w.mu.Unlock()
+		}
+		return
+	}
+	for _, p := range plans {
+		w := p.w
+		w.mu.Lock()
+		w.pos = p.app.To
+		if len(w.cache) > 1<<14 {
+			clear(w.cache)
+		}
+		for i, h := range p.app.Hashes {
+			w.cache[p.app.HashStart+int64(i)] = h
+		}
+		close(w.grew)
+		w.grew = make(chan struct{})
+		w.mu.Unlock()
+		if p.caughtUp {
+			w.behind.Store(false)
+		}
+		l.appended.Add(int64(len(p.app.Entries)))
+	}
+}
+
+// plan is one workspace's part of a write.
+type plan struct {
+	w        *wsLedger
+	app      store.LedgerAppend
+	caughtUp bool // the log has nothing newer than this append
+}
+
+// plan turns a workspace's queued items, and what it must catch up from the
+// log first, into one append; nil when there is nothing to write.
+func (l *Ledger) plan(w *wsLedger, items []item) (*plan, error) {
+	ctx := context.Background()
+	w.mu.Lock()
+	if !w.loaded {
+		pos, _, err := l.st.LedgerPos(ctx, w.id)
+		if err != nil {
+			w.mu.Unlock()
+			return nil, err
+		}
+		w.pos, w.loaded = pos, true
+		clear(w.cache)
+	}
+	from := w.pos
+	w.mu.Unlock()
+	p := &plan{w: w, app: store.LedgerAppend{Workspace: w.id, From: from, To: from, HashStart: kledger.StoredHashCount(from.Size)}}
+	pending := map[int64][32]byte{}
+	reader := l.reader(w, pending)
+	add := func(seq int64, events []byte) error {
+		if len(events) == 0 || string(events) == "[]" {
+			p.app.To.Seq = seq
+			return nil
+		}
+		err := kernel.ScanArray(events, func(ev []byte) error {
+			n := p.app.To.Size
+			hs, err := kledger.StoredHashes(n, ev, reader)
+			if err != nil {
+				return err
+			}
+			for i, h := range hs {
+				pending[kledger.StoredHashCount(n)+int64(i)] = h
+				p.app.Hashes = append(p.app.Hashes, h)
+			}
+			p.app.Entries = append(p.app.Entries, store.LedgerEntry{Index: n, Seq: seq, LeaseID: grantID(ev), Data: ev})
+			p.app.To.Size++
+			return nil
+		})
+		if err != nil {
+			return errors.New("events of command " + strconv.FormatInt(seq, 10) + ": " + err.Error())
+		}
+		p.app.To.Seq = seq
+		return nil
+	}
+	caughtUpTo := int64(-1)
+	if w.behind.Load() || (len(items) > 0 && items[0].seq > from.Seq+1) {
+		rows, err := l.st.LogEvents(ctx, w.id, from.Seq, catchUpRows)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			if r.Seq != p.app.To.Seq+1 && from != (store.LedgerPos{}) {
+				l.log.Error("ledger: the log was trimmed past the ledger's position; events are missing",
+					"workspace", w.name, "position", p.app.To.Seq, "next", r.Seq)
+			}
+			if !r.Known {
+				p.app.To.Seq = r.Seq // logged before the ledger existed
+				continue
+			}
+			if err := add(r.Seq, r.Events); err != nil {
+				return nil, err
+			}
+		}
+		if len(rows) < catchUpRows {
+			caughtUpTo = p.app.To.Seq
+		}
+		if len(rows) > 0 {
+			l.caughtUp.Add(int64(len(rows)))
+		}
+	}
+	for _, it := range items {
+		if it.seq <= p.app.To.Seq {
+			continue // written already, or read from the log just now
+		}
+		if it.seq != p.app.To.Seq+1 && caughtUpTo < 0 {
+			// A command between is not here (its events were dropped from
+			// the queue, or it had none): read the log next time.
+			w.behind.Store(true)
+			break
+		}
+		if err := add(it.seq, it.events); err != nil {
+			return nil, err
+		}
+	}
+	p.caughtUp = caughtUpTo >= 0
+	if p.app.To == from {
+		if p.caughtUp {
+			w.behind.Store(false)
+		}
+		return nil, nil
+	}
+	return p, nil
+}
+
+// grantID is the lease id of a grant event, "" for any other entry.
+func grantID(ev []byte) string {
+	var typ, id string
+	_ = kernel.ScanMembers(ev, func(name string, raw []byte) error {
+		switch name {
+		case "type":
+			typ, _ = kernel.Unquote(raw)
+		case "leaseId":
+			id, _ = kernel.Unquote(raw)
+		}
+		return nil
+	})
+	if typ != "coordination.lease" {
+		return ""
+	}
+	return id
+}
+
+// reader reads a workspace's stored hashes: pending ones of the append
+// being planned, then the cache, then the disk.
+func (l *Ledger) reader(w *wsLedger, pending map[int64][32]byte) kledger.HashReader {
+	return kledger.HashReaderFunc(func(indexes []int64) ([]kledger.Hash, error) {
+		out := make([]kledger.Hash, len(indexes))
+		var miss []int64
+		var missAt []int
+		w.mu.Lock()
+		for i, x := range indexes {
+			if h, ok := pending[x]; ok {
+				out[i] = h
+			} else if h, ok := w.cache[x]; ok {
+				out[i] = h
+			} else {
+				miss = append(miss, x)
+				missAt = append(missAt, i)
+			}
+		}
+		w.mu.Unlock()
+		if len(miss) > 0 {
+			hs, err := l.st.LedgerHashes(context.Background(), w.id, miss)
+			if err != nil {
+				return nil, err
+			}
+			for k, h := range hs {
+				out[missAt[k]] = h
+			}
+		}
+		return out, nil
+	})
+}
+
+func (l *Ledger) signer() {
+	defer l.done.Done()
+	t := time.NewTicker(l.cfg.SignEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.stop:
+			// The writer has stopped too when done.Wait returns; sign what
+			// it wrote last.
+			for _, w := range l.all() {
+				l.sign(w)
+			}
+			return
+		}
+		for _, w := range l.all() {
+			l.sign(w)
+		}
+	}
+}
+
+// sign signs a checkpoint of w's tree when it grew since the last one.
+func (l *Ledger) sign(w *wsLedger) error {
+	w.signMu.Lock()
+	defer w.signMu.Unlock()
+	ctx := context.Background()
+	w.mu.Lock()
+	loaded, size, cpSize := w.loaded, w.pos.Size, w.cpSize
+	w.mu.Unlock()
+	if !loaded {
+		return nil
+	}
+	if cpSize == 0 && w.cpNote == nil {
+		s, note, ok, err := l.st.LatestCheckpoint(ctx, w.id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			w.mu.Lock()
+			w.cpSize, w.cpNote = s, note
+			w.mu.Unlock()
+			cpSize = s
+		} else {
+			cpSize = -1
+		}
+	}
+	if size <= cpSize {
+		return nil
+	}
+	root, err := kledger.TreeHash(size, l.reader(w, nil))
+	if err != nil {
+		return err
+	}
+	note, err := kledger.Sign(kledger.Checkpoint{Origin: w.origin, Size: size, Root: root}, w.signer)
+	if err != nil {
+		return err
+	}
+	if err := l.st.SaveCheckpoint(ctx, w.id, size, note); err != nil {
+		l.log.Warn("ledger checkpoint not saved; will sign again", "workspace", w.name, "size", size, "err", err)
+		return err
+	}
+	l.signed.Add(1)
+	w.mu.Lock()
+	w.cpSize, w.cpNote = size, note
+	close(w.grew)
+	w.grew = make(chan struct{})
+	w.mu.Unlock()
+	return nil
+}
