@@ -284,6 +284,7 @@ func New(cfg Config) (*Server, error) {
 
 // nowMs is the plane's time: see planeClock.
 func (s *Server) nowMs() int64 { return s.clock.nowMs(s.cfg.Clock) }
+
 // Ledger is the server's signed ledger; nil when Config.NoLedger.
 func (s *Server) Ledger() *ledger.Ledger { return s.ledger }
 
