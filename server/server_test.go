@@ -592,3 +592,97 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatalf("32 commands took %d commits, want 2 (1, then 31 together)", n)
 	}
 }
+
+// TestClockOnlyCommandsNotLogged: a wait (or tick) when nothing is due
+// only moves the clock and is not logged (no fsync); one that lapses
+// something is. After a crash the state and the answers are the same.
+func TestClockOnlyCommandsNotLogged(t *testing.T) {
+	dir := t.TempDir()
+	clock := servertest.NewClock()
+	cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := s.Bootstrap("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	logged := func(s *Server) int {
+		t.Helper()
+		_, _, recs, err := s.store.Load(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(recs)
+	}
+	for _, r := range []string{"a", "b"} {
+		if st, b, _ := s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"`+r+`","actorDid":"did:example:x"}`)); st != 200 {
+			t.Fatalf("acquire %s: %d %s", r, st, b)
+		}
+	}
+	// A waiter on b, lapsing 30 s after its request.
+	clock.Advance(10 * time.Second)
+	if st, b, _ := s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"b","actorDid":"did:example:y"}`)); st != 409 {
+		t.Fatalf("acquire b as y: %d %s", st, b)
+	}
+	base := logged(s)
+	for range 5 {
+		clock.Advance(time.Second)
+		if st, b, _ := s.Call(ctx, key, kernel.OpWait, nil); st != 200 || !bytes.Contains(b, []byte(`"did:example:y"`)) {
+			t.Fatalf("wait: %d %s", st, b)
+		}
+	}
+	if n := logged(s); n != base {
+		t.Errorf("5 waits with nothing due logged %d commands, want none", n-base)
+	}
+	// Past the leases' expiry (30 s after the grants), before the waiter's
+	// lapse (30 s after its request, at 40 s): the wait lapses the leases
+	// and is logged.
+	clock.Advance(20 * time.Second)
+	_, want, _ := s.Call(ctx, key, kernel.OpWait, nil)
+	if n := logged(s); n != base+1 {
+		t.Errorf("a wait that lapsed leases logged %d commands, want 1", n-base)
+	}
+	if bytes.Contains(want, []byte(`"holders":[{`)) || !bytes.Contains(want, []byte(`"did:example:y"`)) {
+		t.Fatalf("after the expiry, want no holders and y still waiting: %s", want)
+	}
+	clock.Advance(time.Second)
+	_, want, _ = s.Call(ctx, key, kernel.OpWait, nil)
+	wantSnap, err := func() ([]byte, error) {
+		ws, err := s.workspace(1)
+		if err != nil {
+			return nil, err
+		}
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		return ws.eng.Snapshot()
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A crash: only the log remains.
+	s.commit.stop()
+	s.events.stop()
+	s.store.Close()
+	s.unlock()
+	s2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown(ctx)
+	if _, got, _ := s2.Call(ctx, key, kernel.OpWait, nil); !bytes.Equal(got, want) {
+		t.Errorf("wait after restart\n%s\nwant\n%s", got, want)
+	}
+	ws, err := s2.workspace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.mu.Lock()
+	got, err := ws.eng.Snapshot()
+	ws.mu.Unlock()
+	if err != nil || !bytes.Equal(got, wantSnap) {
+		t.Errorf("state after restart (%v)\n%s\nwant\n%s", err, got, wantSnap)
+	}
+}

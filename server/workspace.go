@@ -173,6 +173,7 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		}
 	}
 	now := s.nowMs()
+	clockOnly := s.onlyMovesClock(ws, op, now)
 	res, err := ws.eng.Apply(op, now, body)
 	if err != nil {
 		ws.gen.Add(1)
@@ -180,7 +181,7 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		return applied{err: fmt.Errorf("engine: %w", err)}
 	}
 	out = applied{res: res}
-	if res.Changed {
+	if res.Changed && !clockOnly {
 		ws.seq++
 		rec := store.Record{
 			Workspace: ws.id,
@@ -216,6 +217,23 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 	}
 	s.arm(ws)
 	return out
+}
+
+// onlyMovesClock reports whether op at now can change nothing but the
+// machine's clock: a wait or a tick when nothing is due by now (the next
+// alarm, the earliest expiry, waiter lapse or claim end, is later). Such a
+// command is not logged, so a dashboard polling wait costs no fsync.
+// Replay stays exact: lapsing is a function of the time alone, so the next
+// logged command, at a later time, lapses on replay what it lapsed live;
+// the only thing lost in a crash is the clock's advance, and the host's
+// clock never goes below the last time it logged. Its answer still waits
+// for the commit of the last change it may show (ws.last).
+func (s *Server) onlyMovesClock(ws *workspace, op kernel.Op, now int64) bool {
+	if op != kernel.OpWait && op != kernel.OpTick {
+		return false
+	}
+	at, ok, err := ws.eng.NextAlarm()
+	return err == nil && (!ok || at > now)
 }
 
 // wait blocks until a's commit is done and reports its failure.
