@@ -99,18 +99,26 @@ func parseResourceVerb(name, usageLine, summary string, args []string, stderr io
 }
 
 func runLease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var mode *string
+	var mode, receipt *string
 	resource, as, status, ok := parseResourceVerb("lease",
-		"leaseplane lease RESOURCE --as DID [--mode read|write|delete]",
+		"leaseplane lease RESOURCE --as DID [--mode read|write|delete] [--receipt FILE]",
 		"Acquires RESOURCE, or renews the lease the agent holds on it, and prints the answer JSON.",
 		args, stderr, func(fs *flag.FlagSet) {
 			mode = fs.String("mode", "", "read, write or delete (default write)")
+			receipt = fs.String("receipt", "", "save the grant's signed receipt (c2sp.org/tlog-proof@v1) to FILE")
 		})
 	if !ok {
 		return status
 	}
 	body, _ := json.Marshal(client.AcquireRequest{Resource: resource, ActorDid: as, Mode: *mode})
-	return callAndPrint("lease", kernel.OpAcquire, body, stdout, stderr)
+	st, a := callAndPrintAnswer("lease", kernel.OpAcquire, body, stdout, stderr)
+	if st == exitOK && *receipt != "" && a != nil && a.Lease != nil {
+		if err := saveReceipt(planeClient(), a.Lease.ID, *receipt); err != nil {
+			fmt.Fprintf(stderr, "leaseplane lease: the lease is granted, but its receipt was not saved: %v\n", err)
+			return exitRefused
+		}
+	}
+	return st
 }
 
 func runRelease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -150,13 +158,20 @@ func runWait(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // callAndPrint sends one request, prints the answer body on stdout and, on
 // a refusal, one line on stderr; it returns the exit status.
 func callAndPrint(verb string, op kernel.Op, body []byte, stdout, stderr io.Writer) int {
+	st, _ := callAndPrintAnswer(verb, op, body, stdout, stderr)
+	return st
+}
+
+// callAndPrintAnswer is callAndPrint that also returns the decoded answer
+// (nil when there is none).
+func callAndPrintAnswer(verb string, op kernel.Op, body []byte, stdout, stderr io.Writer) (int, *client.Answer) {
 	c := planeClient()
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	status, answer, err := c.Call(ctx, op, body)
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane %s: cannot reach the plane: %v\n", verb, err)
-		return exitRefused
+		return exitRefused, nil
 	}
 	stdout.Write(answer)
 	if len(answer) > 0 && answer[len(answer)-1] != '\n' {
@@ -165,12 +180,12 @@ func callAndPrint(verb string, op kernel.Op, body []byte, stdout, stderr io.Writ
 	a, derr := decodeAnswer(status, answer)
 	if derr != nil {
 		fmt.Fprintf(stderr, "leaseplane %s: HTTP %d with an answer that is not the plane's JSON: %v\n", verb, status, derr)
-		return exitRefused
+		return exitRefused, nil
 	}
 	if status == http.StatusOK && a.OK {
-		return exitOK
+		return exitOK, a
 	}
-	return refusalExit(verb, a, stderr)
+	return refusalExit(verb, a, stderr), a
 }
 
 // refusalExit prints a refusal on stderr and maps it to an exit status.

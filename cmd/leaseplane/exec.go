@@ -104,6 +104,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	as := fs.String("as", "", "the agent's DID (required)")
 	mode := fs.String("mode", "", "read, write or delete (default write)")
 	timeout := fs.Duration("timeout", 0, "give up waiting for the lease after this long (0: wait without limit)")
+	receipt := fs.String("receipt", "", "save the grant's signed receipt (c2sp.org/tlog-proof@v1) to FILE before the command starts")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, execHelp)
 		fmt.Fprintln(stderr, "\nflags:")
@@ -173,6 +174,12 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	childStatus := -1
 	err = h.Run(ctx, func(wctx context.Context, l *client.Lease) error {
+		if *receipt != "" {
+			// A receipt that cannot be had does not hold the command back.
+			if err := saveReceipt(h.Client, l.ID, *receipt); err != nil {
+				logf("the receipt of %s was not saved: %v", l.ID, err)
+			}
+		}
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 		cmd.Env = append(os.Environ(),

@@ -61,6 +61,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	engine := fs.String("engine", defaultEngine, "engine to run each workspace's kernel in: native or wasm")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines instead of text")
+	noLedger := fs.Bool("no-ledger", false, "run without the signed ledger (to measure what it costs)")
+	publicHost := fs.String("public-host", "", "public host name put in front of the ledger origins of workspaces made from now on (HOST/leaseplane/W)")
 	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
@@ -103,6 +105,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		Clock:      env.clock,
 		AfterFunc:  env.afterFunc,
 		FirstRules: []byte(*rules),
+		NoLedger:   *noLedger,
+		PublicHost: *publicHost,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane serve: %v\n", err)

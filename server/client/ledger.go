@@ -1,0 +1,55 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// PathLedger starts the ledger routes: key, checkpoint, entries, proof,
+// consistency and receipt.
+const PathLedger = "/api/v1/ledger/"
+
+// MaxLedgerAnswerBytes bounds a ledger answer (a page of 1000 entries).
+const MaxLedgerAnswerBytes = 16 << 20
+
+// Ledger GETs the ledger route named by route, with its query (for
+// example "entries?start=0&count=1000"), and returns the status and body.
+// A refusal is an answer; err is a transport failure.
+func (c *Client) Ledger(ctx context.Context, route string) (status int, body []byte, retryAfter time.Duration, err error) {
+	u := c.base + PathLedger + route
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("leaseplane client: ledger %s: %w", route, err)
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return 0, nil, 0, fmt.Errorf("leaseplane client: GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxLedgerAnswerBytes+1))
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("leaseplane client: reading the answer of GET %s: %w", u, err)
+	}
+	if len(b) > MaxLedgerAnswerBytes {
+		return 0, nil, 0, fmt.Errorf("leaseplane client: the answer of GET %s is over %d bytes", u, MaxLedgerAnswerBytes)
+	}
+	if s := strings.TrimSpace(resp.Header.Get("Retry-After")); s != "" {
+		if d, err := time.ParseDuration(s + "s"); err == nil {
+			retryAfter = d
+		}
+	}
+	return resp.StatusCode, b, retryAfter, nil
+}
