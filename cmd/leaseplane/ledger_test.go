@@ -236,7 +236,9 @@ func TestLedgerKill9(t *testing.T) {
 			t.Fatalf("export after the restart: %d %s %s", code, out, errs)
 		}
 		b, _ := os.ReadFile(bundle)
-		var doc struct{ Entries []struct{ Event map[string]any } }
+		var doc struct {
+			Entries []struct{ Event map[string]any }
+		}
 		if err := json.Unmarshal(b, &doc); err != nil {
 			t.Fatal(err)
 		}
