@@ -173,7 +173,7 @@ func (c *committer) commit(batch []pending) int {
 		close(p.t.done)
 	}
 	for _, p := range batch {
-		if !bytes.Equal(p.events, emptyEvents) {
+		if !bytes.Equal(p.events, emptyEvents) && !store.IsDrillWorkspace(p.ws.name) {
 			c.s.events.sink(p.rec.Workspace, p.rec.Seq, p.events)
 		}
 	}

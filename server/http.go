@@ -33,6 +33,7 @@ func (s *Server) routes() {
 	s.mux.Handle(RouteSuspend, s.route(http.MethodPost, kernel.OpSuspend))
 	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
 	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
+	s.drillRoutes()
 	s.mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, refusal(404, ReasonNotFound, "no route "+r.URL.Path+"; the routes are "+
 			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteSuspend+" and "+RouteResume))

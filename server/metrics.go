@@ -99,7 +99,16 @@ func newMetrics(s *Server) *metrics {
 			Name:        "leaseplane_info",
 			Help:        "The engine and kernel version this server runs.",
 			ConstLabels: prometheus.Labels{"engine": s.engine.Name(), "kernel": kernel.Version},
-		}, func() float64 { return 1 }))
+		}, func() float64 { return 1 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaseplane_drill_last_passed",
+			Help: "Whether the last finished drill run passed: 1 passed, 0 failed, -1 no run finished since the server started.",
+		}, func() float64 {
+			if s.drills == nil {
+				return -1
+			}
+			return s.drills.lastVerdict()
+		}))
 	return m
 }
 

@@ -123,6 +123,12 @@ type Config struct {
 	// FirstRules are the kernel rules ({"readShared": [...]}) of the
 	// workspace Bootstrap creates; empty means none.
 	FirstRules []byte
+	// DrillNames, when set, limits the drills a run runs to these (tests:
+	// the crashed-holder drill takes 30 s of real time).
+	DrillNames []string
+	// DisableAlarms, a fault for tests of the drills, arms no alarm: leases
+	// lapse only when a command comes.
+	DisableAlarms bool
 	// CommitFault, when set, is called before each commit; a non-nil error
 	// fails the commit as a disk write failure would. A seam for tests.
 	CommitFault func() error
@@ -170,6 +176,10 @@ type Server struct {
 	httpSrv []*http.Server
 
 	unlock func() // releases the data directory's lock
+
+	drills *drillRunner
+	// onDrillRun, when set, is told of every finished drill run.
+	onDrillRun func(ws, id, startedMs, finishedMs int64, passed bool, results []DrillResult)
 }
 
 // New opens the store in cfg.DataDir, rebuilds every workspace's machine
@@ -271,13 +281,26 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	for _, w := range wss {
+		if store.IsDrillWorkspace(w.Name) {
+			// left by a run that a stop interrupted
+			if err := st.DeleteDrillWorkspace(w.ID); err != nil {
+				s.stopAll()
+				return nil, err
+			}
+			continue
+		}
 		if _, err := s.workspace(w.ID); err != nil {
 			s.stopAll()
 			return nil, err
 		}
 	}
+	s.drills = newDrillRunner(s)
 	s.routes()
 	s.handler = s.recoverer(s.guardBody(s.mux))
+	if err := s.drills.start(); err != nil {
+		s.stopAll()
+		return nil, err
+	}
 	log.Info("server ready", "data", st.Path(), "engine", cfg.Engine.Name(), "workspaces", len(wss))
 	return s, nil
 }
@@ -342,6 +365,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				first = fmt.Errorf("server: drain HTTP: %w", err)
 			}
 		}
+	}
+	if s.drills != nil {
+		s.drills.stop()
 	}
 	s.life.Lock()
 	if s.closed {

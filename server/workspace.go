@@ -28,6 +28,9 @@ type workspace struct {
 	last      *ticket       // commit of the last change applied
 	closed    bool
 
+	// tape, when not nil (a drill workspace), gets every command applied.
+	tape []tapeEntry
+
 	alarmAt   int64 // the time the armed timer ticks at; 0 when none
 	alarmStop func() bool
 
@@ -55,9 +58,10 @@ func (s *Server) workspace(id int64) (*workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.ledger != nil {
+	if s.ledger != nil && !store.IsDrillWorkspace(w.Name) {
 		// The workspace's signing key is made with it (or on its first
-		// load by a server that has a ledger).
+		// load by a server that has a ledger). A drill's workspace has no
+		// ledger: it lives for one drill.
 		if err := s.ledger.Workspace(w.ID, w.Name); err != nil {
 			return nil, err
 		}
@@ -181,6 +185,10 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		return applied{err: fmt.Errorf("engine: %w", err)}
 	}
 	out = applied{res: res}
+	if ws.tape != nil {
+		ws.tape = append(ws.tape, tapeEntry{op: op, nowMs: now, body: bytes.Clone(body), status: res.Status,
+			answer: bytes.Clone(res.Answer), events: bytes.Clone(res.Events), changed: res.Changed && !clockOnly})
+	}
 	if res.Changed && !clockOnly {
 		ws.seq++
 		rec := store.Record{
@@ -250,7 +258,7 @@ func (a applied) wait() error {
 
 // arm sets ws's timer to the machine's next alarm (ws.mu held).
 func (s *Server) arm(ws *workspace) {
-	if ws.closed || ws.eng == nil {
+	if ws.closed || ws.eng == nil || s.cfg.DisableAlarms {
 		return
 	}
 	at, ok, err := ws.eng.NextAlarm()

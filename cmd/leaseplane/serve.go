@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -64,6 +65,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	noLedger := fs.Bool("no-ledger", false, "run without the signed ledger (to measure what it costs)")
 	publicHost := fs.String("public-host", "", "public host name put in front of the ledger origins of workspaces made from now on (HOST/leaseplane/W)")
 	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
+	testFault := fs.String("test-fault", "", "for tests of the drills only: no-alarms (arm no alarm) or wrong-deadlock (answer deadlock refusals as lease_held)")
+	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
 		fs.PrintDefaults()
@@ -98,7 +101,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		fmt.Fprintf(stderr, "leaseplane serve: engine %s: %v\n", *engine, err)
 		return 1
 	}
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		DataDir:    *data,
 		Engine:     factory,
 		Logger:     logger,
@@ -107,7 +110,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		FirstRules: []byte(*rules),
 		NoLedger:   *noLedger,
 		PublicHost: *publicHost,
-	})
+	}
+	switch *testFault {
+	case "":
+	case "no-alarms":
+		cfg.DisableAlarms = true
+	case "wrong-deadlock":
+		cfg.Engine = wrongDeadlockEngine{factory}
+	default:
+		fmt.Fprintf(stderr, "leaseplane serve: --test-fault %q: want no-alarms or wrong-deadlock\n", *testFault)
+		return 2
+	}
+	if *drillSet != "" {
+		cfg.DrillNames = strings.Split(*drillSet, ",")
+		for _, n := range cfg.DrillNames {
+			if !slices.Contains(server.DrillNames, n) {
+				fmt.Fprintf(stderr, "leaseplane serve: --test-drills: no drill %q (have %s)\n", n, strings.Join(server.DrillNames, ", "))
+				return 2
+			}
+		}
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane serve: %v\n", err)
 		return 1

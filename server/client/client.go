@@ -89,13 +89,28 @@ func (c *Client) do(ctx context.Context, op kernel.Op, body []byte) (response, e
 	default:
 		return response{}, fmt.Errorf("leaseplane client: op %q has no REST route (want acquire, release or wait)", op)
 	}
+	return c.send(ctx, method, path, body)
+}
+
+// Request sends body (nil for none) to path with method and returns the
+// HTTP status and the answer body, for the routes that are not lease
+// commands (drills, detection, the ledger). A refusal is an answer.
+func (c *Client) Request(ctx context.Context, method, path string, body []byte) (status int, answer []byte, err error) {
+	r, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	return r.status, r.body, nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, body []byte) (response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return response{}, fmt.Errorf("leaseplane client: %s: %w", op, err)
+		return response{}, fmt.Errorf("leaseplane client: %s %s: %w", method, path, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -221,6 +221,9 @@ func (s *Store) init() error {
 			return fmt.Errorf("store: add the events column to the log: %w", err)
 		}
 	}
+	if err := s.initDrills(); err != nil {
+		return err
+	}
 	var v string
 	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
 	switch {

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+func init() {
+	register("drill", "run the six drills against the plane: drill [--wait] (operator key)", runDrill)
+}
+
+// drillRun is a run as GET /api/v1/drills/runs shows it.
+type drillRun struct {
+	ID           string `json:"id"`
+	StartedAtMs  *int64 `json:"startedAtMs"`
+	FinishedAtMs *int64 `json:"finishedAtMs"`
+	Passed       *bool  `json:"passed"`
+	Drills       []struct {
+		Name     string `json:"name"`
+		Passed   bool   `json:"passed"`
+		Detail   string `json:"detail"`
+		Expected string `json:"expected"`
+		Live     string `json:"live"`
+	} `json:"drills"`
+}
+
+func runDrill(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("drill", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	wait := fs.Bool("wait", false, "wait for the run to finish and print each drill's result")
+	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, give up after this long")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, `usage: leaseplane drill [--wait] [--timeout 5m]
+
+Asks the plane to run its six drills (two agents and one slot, a crashed
+holder, a deadlock, a herd of fifty, a stale leaseId, an operator
+suspending an agent) in a fresh drill workspace, and prints the run's id.
+With --wait it follows the run (the crashed holder takes 30 s) and prints
+each drill; a failed drill shows the first answer that differed.
+Needs an operator key.`+clientEnvHelp+`
+With --wait, exit 1 also when a drill failed.`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err == flag.ErrHelp {
+		return exitOK
+	} else if err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	c := planeClient()
+	ctx := context.Background()
+	st, b, err := c.Request(ctx, http.MethodPost, "/api/v1/drills/run", []byte("{}"))
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane drill: %v\n", err)
+		return exitRefused
+	}
+	if st != 200 {
+		fmt.Fprintf(stderr, "leaseplane drill: %d %s\n", st, b)
+		return exitRefused
+	}
+	var asked struct{ ID string }
+	if err := json.Unmarshal(b, &asked); err != nil || asked.ID == "" {
+		fmt.Fprintf(stderr, "leaseplane drill: the plane answered %s\n", b)
+		return exitRefused
+	}
+	fmt.Fprintf(stdout, "drill run %s asked\n", asked.ID)
+	if !*wait {
+		return exitOK
+	}
+	deadline := time.Now().Add(*timeout)
+	for {
+		st, b, err := c.Request(ctx, http.MethodGet, "/api/v1/drills/runs?limit=100", nil)
+		if err != nil || st != 200 {
+			fmt.Fprintf(stderr, "leaseplane drill: reading runs: %d %s %v\n", st, b, err)
+			return exitRefused
+		}
+		var v struct{ Runs []drillRun }
+		if err := json.Unmarshal(b, &v); err != nil {
+			fmt.Fprintf(stderr, "leaseplane drill: reading runs: %v\n", err)
+			return exitRefused
+		}
+		for _, r := range v.Runs {
+			if r.ID == asked.ID && r.FinishedAtMs != nil {
+				return printDrillRun(stdout, r)
+			}
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(stderr, "leaseplane drill: run %s did not finish within %v\n", asked.ID, *timeout)
+			return exitTimeout
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func printDrillRun(w io.Writer, r drillRun) int {
+	for _, d := range r.Drills {
+		verdict := "pass"
+		if !d.Passed {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "%s  %-20s %s\n", verdict, d.Name, d.Detail)
+		if !d.Passed && (d.Expected != "" || d.Live != "") {
+			fmt.Fprintf(w, "      expected: %s\n      live:     %s\n", d.Expected, d.Live)
+		}
+	}
+	ms := int64(0)
+	if r.StartedAtMs != nil {
+		ms = *r.FinishedAtMs - *r.StartedAtMs
+	}
+	if r.Passed != nil && *r.Passed {
+		fmt.Fprintf(w, "drill run %s passed in %d ms\n", r.ID, ms)
+		return exitOK
+	}
+	fmt.Fprintf(w, "drill run %s FAILED in %d ms\n", r.ID, ms)
+	return exitRefused
+}
+
+// wrongDeadlockEngine is serve's test-only fault --test-fault
+// wrong-deadlock: the engine answers every deadlock refusal as lease_held
+// (one verdict wrong), so the deadlock drill must fail.
+type wrongDeadlockEngine struct{ kernel.Factory }
+
+type wrongDeadlock struct{ kernel.Engine }
+
+func (f wrongDeadlockEngine) New(rules []byte) (kernel.Engine, error) {
+	e, err := f.Factory.New(rules)
+	return wrongDeadlock{e}, err
+}
+
+func (f wrongDeadlockEngine) Restore(snap []byte) (kernel.Engine, error) {
+	e, err := f.Factory.Restore(snap)
+	return wrongDeadlock{e}, err
+}
+
+func (e wrongDeadlock) Apply(op kernel.Op, now int64, body []byte) (kernel.Result, error) {
+	r, err := e.Engine.Apply(op, now, body)
+	const from, to = `"reason":"deadlock"`, `"reason":"lease_held"`
+	r.Answer = bytes.Replace(r.Answer, []byte(from), []byte(to), 1)
+	return r, err
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startServe runs `leaseplane serve` on the real clock with extra flags
+// and returns its URL and an operator key.
+func startServe(t *testing.T, flags ...string) (url, operator string) {
+	t.Helper()
+	data := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errs := &syncBuffer{}, &syncBuffer{}
+	addr := make(chan string, 1)
+	done := make(chan int, 1)
+	args := append([]string{"--addr", "127.0.0.1:0", "--data", data, "--log-level", "warn"}, flags...)
+	go func() {
+		done <- serve(ctx, args, out, errs, serveEnv{clock: time.Now, ready: func(a string) { addr <- a }})
+	}()
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, errs)
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not start listening within 60 s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, errs)
+		}
+	})
+	operator = keysCLI(t, "create", "--data", data, "--workspace", firstWorkspace, "--operator")
+	return url, operator
+}
+
+func TestDrillVerb(t *testing.T) {
+	url, op := startServe(t, "--test-drills", "two-agents-one-slot,deadlock,stale-lease-id")
+	t.Setenv("LEASEPLANE_URL", url)
+	t.Setenv("LEASEPLANE_KEY", op)
+	code, out, errOut := cli(t, "drill", "--wait")
+	if code != 0 || !strings.Contains(out, "pass  deadlock") || !strings.Contains(out, "passed in") {
+		t.Fatalf("drill --wait on a healthy plane: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = cli(t, "drill")
+	if code != 0 || !strings.HasPrefix(out, "drill run run_2 asked") {
+		t.Errorf("drill: exit %d %q", code, out)
+	}
+}
+
+// TestDrillVerbFaultyEngine: a server whose engine answers one verdict
+// wrong (--test-fault wrong-deadlock) fails the deadlock drill, and only
+// it, showing the two answers.
+func TestDrillVerbFaultyEngine(t *testing.T) {
+	url, op := startServe(t, "--test-fault", "wrong-deadlock", "--test-drills", "two-agents-one-slot,deadlock,stale-lease-id")
+	t.Setenv("LEASEPLANE_URL", url)
+	t.Setenv("LEASEPLANE_KEY", op)
+	code, out, errOut := cli(t, "drill", "--wait")
+	if code != 1 {
+		t.Fatalf("drill --wait on a faulty plane: exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"pass  two-agents-one-slot", "FAIL  deadlock", "step 3 (acquire at +300 ms): the answer differs",
+		`expected: 409 {"ok":false,"reason":"deadlock"`, `live:     409 {"ok":false,"reason":"lease_held"`, "pass  stale-lease-id", "FAILED"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDrillVerbRefusedAndUsage(t *testing.T) {
+	p := startPlane(t) // LEASEPLANE_KEY is a workspace key: not enough
+	_ = p
+	if code, _, errOut := cli(t, "drill"); code != 1 || !strings.Contains(errOut, "needs an operator key") {
+		t.Errorf("drill with a workspace key: exit %d, %q", code, errOut)
+	}
+	if code, _, _ := cli(t, "drill", "extra"); code != 2 {
+		t.Errorf("drill extra: exit %d", code)
+	}
+	if code, _, _ := cli(t, "serve", "--test-fault", "bogus"); code != 2 {
+		t.Errorf("serve --test-fault bogus: exit %d", code)
+	}
+}
