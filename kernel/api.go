@@ -11,6 +11,7 @@ const (
 	OpTick    Op = "tick"
 	OpSuspend Op = "suspend"
 	OpResume  Op = "resume"
+	OpForget  Op = "forget"
 )
 
 // Fixed numbers of SPEC.md.
@@ -25,8 +26,21 @@ const (
 	MinActorLen    = 5
 	MaxActorLen    = 256
 	MaxLeaseIDLen  = 256
-	releaseTrust2  = 1   // +0.5, in half points
-	expireTrust2   = -10 // −5, in half points
+	ClaimGraceMs   = 1000 // a claim lasts waitMs + ClaimGraceMs after a lease_held answer
+	MaxWaitLimit   = 1000 // default and largest page of wait
+	// MaxNowMs is the largest time a command may carry: 2^53 − 1 − 30000, so
+	// every expiry stays an integer that JavaScript holds exactly.
+	MaxNowMs = 1<<53 - 1 - LeaseTTLMs
+	// MaxMembers and MaxDepth bound a request object: members, and nesting
+	// (the request object is depth 1).
+	MaxMembers = 16
+	MaxDepth   = 8
+	// Default workspace limits (Rules.Limits).
+	DefaultMaxLeases  = 100000
+	DefaultMaxWaiters = 100000
+	DefaultMaxAgents  = 1000000
+	releaseTrust2     = 1   // +0.5, in half points
+	expireTrust2      = -10 // −5, in half points
 )
 
 // Reasons of refusals, as they appear in answers.
@@ -36,12 +50,15 @@ const (
 	ReasonLeaseHeld  = "lease_held"
 	ReasonDeadlock   = "deadlock"
 	ReasonStaleLease = "stale_lease"
+	ReasonLimit      = "limit_exceeded"
+	ReasonAgentBusy  = "agent_busy"
 )
 
 // Command is one decoded request. NowMs is the host's time in Unix
 // milliseconds. Fields an operation does not take are empty. Mode is empty
-// for the default (write). HasLeaseID tells an absent leaseId from an empty
-// one.
+// when absent (write for a new lease, the held mode for a renewal).
+// HasLeaseID tells an absent leaseId from an empty one. Prefix, After and
+// Limit page wait (Limit 0 means the default, MaxWaitLimit).
 type Command struct {
 	Op         Op
 	NowMs      int64
@@ -50,6 +67,9 @@ type Command struct {
 	Mode       string
 	LeaseID    string
 	HasLeaseID bool
+	Prefix     string
+	After      string
+	Limit      int
 }
 
 // Result is what a command gives the host.
@@ -86,6 +106,9 @@ type Engine interface {
 	Snapshot() ([]byte, error)
 	// Trust is the trust scores as a JSON object keyed by actorDid.
 	Trust() ([]byte, error)
+	// Stats counts what the machine holds, for a host's gauges; it costs
+	// nothing that grows with the workspace.
+	Stats() (Stats, error)
 	// Close frees the engine's resources.
 	Close() error
 }
@@ -93,7 +116,8 @@ type Engine interface {
 // Factory makes engines of one kind.
 type Factory interface {
 	// New starts an empty machine with the rules given as JSON
-	// ({"readShared": [prefix...]}; empty or null means no rules).
+	// ({"readShared": [prefix...], "limits": {...}}; empty or null means
+	// the defaults).
 	New(rules []byte) (Engine, error)
 	// Restore starts a machine from a Snapshot.
 	Restore(snapshot []byte) (Engine, error)
@@ -103,4 +127,17 @@ type Factory interface {
 
 // Version is the kernel's semantic version; hosts show it beside their
 // build hash.
-const Version = "0.1.0"
+const Version = "0.2.0"
+
+// Semantics is the version of the lease semantics the kernel decides by.
+// A host records it beside every logged command and snapshot, so that a
+// newer kernel knows what an older one decided under (docs/SEMANTICS.md).
+// 1: leaseplane 0.1; 2: claims of admitted waiters, renewals that keep
+// their mode, one fence counter per workspace, forgetting, limits.
+const Semantics = 2
+
+// Stats is what a machine holds: live leases, waiters, live resources
+// (those with a lease or a waiter) and agents remembered.
+type Stats struct {
+	Leases, Waiters, Resources, Agents int
+}

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -16,6 +17,9 @@ const (
 	fMode
 	fTTLMs
 	fLeaseID
+	fPrefix
+	fAfter
+	fLimit
 )
 
 // opFields is the set of body fields op takes; ok is false for an unknown op.
@@ -25,9 +29,11 @@ func opFields(op Op) (f fieldBits, ok bool) {
 		return fResource | fActorDid | fMode | fTTLMs, true
 	case OpRelease:
 		return fResource | fActorDid | fLeaseID, true
-	case OpWait, OpTick:
+	case OpWait:
+		return fPrefix | fAfter | fLimit, true
+	case OpTick:
 		return 0, true
-	case OpSuspend, OpResume:
+	case OpSuspend, OpResume, OpForget:
 		return fActorDid, true
 	}
 	return 0, false
@@ -46,11 +52,17 @@ func fieldBit(key string) fieldBits {
 		return fTTLMs
 	case "leaseId":
 		return fLeaseID
+	case "prefix":
+		return fPrefix
+	case "after":
+		return fAfter
+	case "limit":
+		return fLimit
 	}
 	return 0
 }
 
-const errOp = "op must be one of acquire, release, wait, tick, suspend, resume"
+const errOp = "op must be one of acquire, release, wait, tick, suspend, resume, forget"
 
 // ParseOp checks an operation name.
 func ParseOp(s string) (Op, error) {
@@ -94,21 +106,22 @@ func DecodeStep(step []byte) (Command, error) {
 	return c, c.Validate()
 }
 
-// maxFields bounds the members a request may have: more than the fields of
-// any op plus atMs and op means an unknown or duplicated one.
-const maxFields = 8
-
 func decodeFields(body []byte, step bool, c *Command) error {
-	r := reader{b: body}
+	r := reader{b: body, maxDepth: MaxDepth}
 	type member struct {
 		key []byte
 		v   jsonValue
 	}
-	var buf [maxFields]member
+	var buf [MaxMembers]member
 	fields := buf[:0]
 	var hasOp, hasAt bool
 	done, err := r.objectStart()
 	for !done && err == nil {
+		if len(fields) == MaxMembers {
+			// Refused before reading on, so a huge body costs no more than
+			// its first members.
+			return errors.New("a request has at most " + strconv.Itoa(MaxMembers) + " members")
+		}
 		var key []byte
 		var v jsonValue
 		key, v, done, err = r.member()
@@ -131,8 +144,8 @@ func decodeFields(body []byte, step bool, c *Command) error {
 			c.Op, hasOp = op, true
 		} else if step && string(key) == "atMs" {
 			n, ok := intValue(v.raw)
-			if v.kind != kindNumber || !ok || n < 0 {
-				return errors.New("atMs must be a non-negative integer of milliseconds")
+			if v.kind != kindNumber || !ok || n < 0 || n > MaxNowMs {
+				return errAtMs
 			}
 			c.NowMs, hasAt = n, true
 		}
@@ -161,6 +174,8 @@ func decodeFields(body []byte, step bool, c *Command) error {
 	return nil
 }
 
+var errAtMs = errors.New("atMs must be an integer of milliseconds from 0 to " + strconv.FormatInt(MaxNowMs, 10))
+
 func setField(c *Command, key string, v jsonValue) error {
 	bit := fieldBit(key)
 	if bit == 0 {
@@ -174,11 +189,15 @@ func setField(c *Command, key string, v jsonValue) error {
 	}
 	switch key {
 	case "ttlMs":
-		if v.kind != kindNumber {
-			return errors.New("ttlMs must be a number (it is accepted and ignored: every lease runs 30000 ms)")
+		return nil // accepted, whatever its type, and ignored: every lease runs 30000 ms
+	case "limit":
+		n, ok := intValue(v.raw)
+		if v.kind != kindNumber || !ok || n < 1 || n > MaxWaitLimit {
+			return errors.New("limit must be an integer from 1 to " + strconv.Itoa(MaxWaitLimit))
 		}
+		c.Limit = int(n)
 		return nil
-	case "resource", "actorDid", "mode", "leaseId":
+	case "resource", "actorDid", "mode", "leaseId", "prefix", "after":
 		if v.kind != kindString {
 			return errors.New(key + " must be a string, not " + v.kind.String())
 		}
@@ -196,6 +215,10 @@ func setField(c *Command, key string, v jsonValue) error {
 		c.Mode = v.str
 	case "leaseId":
 		c.LeaseID, c.HasLeaseID = v.str, true
+	case "prefix":
+		c.Prefix = v.str
+	case "after":
+		c.After = v.str
 	}
 	return nil
 }
@@ -213,8 +236,8 @@ func (c Command) Validate() error {
 	if _, ok := opFields(c.Op); !ok {
 		return errors.New(errOp)
 	}
-	if c.NowMs < 0 {
-		return errors.New("nowMs must not be negative")
+	if c.NowMs < 0 || c.NowMs > MaxNowMs {
+		return errors.New("nowMs must be from 0 to " + strconv.FormatInt(MaxNowMs, 10))
 	}
 	if takes(c.Op, fResource) {
 		if err := validResource(c.Resource); err != nil {
@@ -236,6 +259,19 @@ func (c Command) Validate() error {
 	if c.HasLeaseID && (c.LeaseID == "" || len(c.LeaseID) > MaxLeaseIDLen) {
 		return errors.New("leaseId must be 1-256 bytes when given")
 	}
+	if c.Op == OpWait {
+		for _, f := range [...]struct{ name, v string }{{"prefix", c.Prefix}, {"after", c.After}} {
+			if len(f.v) > MaxResourceLen {
+				return errors.New(f.name + " must be at most 256 bytes")
+			}
+			if err := checkText(f.name, f.v, false); err != nil {
+				return err
+			}
+		}
+		if c.Limit < 0 || c.Limit > MaxWaitLimit {
+			return errors.New("limit must be an integer from 1 to " + strconv.Itoa(MaxWaitLimit))
+		}
+	}
 	return nil
 }
 
@@ -245,6 +281,9 @@ func validResource(s string) error {
 	}
 	if len(s) > MaxResourceLen {
 		return errors.New("resource must be at most 256 bytes")
+	}
+	if strings.TrimFunc(s, unicode.IsSpace) == "" {
+		return errors.New("resource must not be white space only")
 	}
 	return checkText("resource", s, false)
 }
@@ -262,9 +301,11 @@ func validActor(s string) error {
 	return checkText("actorDid", s, true)
 }
 
-// checkText refuses invalid UTF-8 and control characters in field's value
-// s, and white space too when noSpace; the error names the field. ASCII
-// takes a fast path: names are nearly always ASCII.
+// checkText refuses invalid UTF-8, control characters and format
+// characters (Unicode category Cf: zero-width, bidi controls, BOM, which
+// make look-alike names) in field's value s, and white space too when
+// noSpace; the error names the field. ASCII takes a fast path: names are
+// nearly always ASCII.
 func checkText(field, s string, noSpace bool) error {
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -282,6 +323,9 @@ func checkText(field, s string, noSpace bool) error {
 		if unicode.IsControl(r) || (noSpace && unicode.IsSpace(r)) {
 			return badText(field, noSpace)
 		}
+		if unicode.Is(unicode.Cf, r) {
+			return errors.New(field + " must not contain format characters (zero-width, bidi controls, BOM): " + strconv.QuoteRuneToASCII(r))
+		}
 		i += size
 	}
 	return nil
@@ -294,17 +338,24 @@ func badText(field string, noSpace bool) error {
 	return errors.New(field + " must not contain control characters")
 }
 
-// ParseRules reads {"readShared": ["prefix", ...]}. Empty input or null
-// means no rules. Prefixes must be 1-256 bytes without control characters.
+// ParseRules reads {"readShared": ["prefix", ...], "limits": {"leases": n,
+// "waiters": n, "agents": n}}, every part optional. Empty input or null
+// means the defaults: no read-shared prefixes, and the default limits.
+// Prefixes must be 1-256 bytes without control or format characters;
+// limits integers from 1 to 2^53.
 func ParseRules(b []byte) (Rules, error) {
-	var rules Rules
+	rules := Rules{Limits: DefaultLimits}
 	trimmed := strings.TrimSpace(string(b))
 	if trimmed == "" || trimmed == "null" {
 		return rules, nil
 	}
 	err := ScanObject(b, func(key string, raw []byte) error {
-		if key != "readShared" {
-			return errors.New("unknown field " + quoteField(key))
+		switch key {
+		case "readShared":
+		case "limits":
+			return parseLimits(raw, &rules.Limits)
+		default:
+			return errors.New("unknown field " + quoteField(key) + " (rules have readShared and limits)")
 		}
 		switch JSONKind(raw) {
 		case "null":
@@ -334,13 +385,66 @@ func ParseRules(b []byte) (Rules, error) {
 	return rules, nil
 }
 
+func parseLimits(raw []byte, l *Limits) error {
+	switch JSONKind(raw) {
+	case "null":
+		return nil
+	case "an object":
+	default:
+		return errors.New("limits must be an object with leases, waiters and agents")
+	}
+	return ScanObject(raw, func(key string, v []byte) error {
+		var p *int64
+		switch key {
+		case "leases":
+			p = &l.Leases
+		case "waiters":
+			p = &l.Waiters
+		case "agents":
+			p = &l.Agents
+		default:
+			return errors.New("unknown field " + quoteField(key) + " in limits (they are leases, waiters and agents)")
+		}
+		n, ok := intValue(v)
+		if !ok || n < 1 {
+			return errors.New("limits." + key + " must be an integer from 1 to 2^53")
+		}
+		*p = n
+		return nil
+	})
+}
+
 // Rules is the configuration a machine is built with.
 type Rules struct {
 	// ReadShared lists name prefixes of read-shared resources.
 	ReadShared []string
+	// Limits bound what the workspace keeps; zero fields take the defaults.
+	Limits Limits
 }
 
-// AppendJSON appends the rules as canonical JSON.
+// Limits bound a workspace: live leases, waiters and agents remembered.
+type Limits struct {
+	Leases, Waiters, Agents int64
+}
+
+// DefaultLimits are the limits of rules that name none.
+var DefaultLimits = Limits{Leases: DefaultMaxLeases, Waiters: DefaultMaxWaiters, Agents: DefaultMaxAgents}
+
+// withDefaults fills the zero limits with the defaults.
+func (l Limits) withDefaults() Limits {
+	if l.Leases <= 0 {
+		l.Leases = DefaultMaxLeases
+	}
+	if l.Waiters <= 0 {
+		l.Waiters = DefaultMaxWaiters
+	}
+	if l.Agents <= 0 {
+		l.Agents = DefaultMaxAgents
+	}
+	return l
+}
+
+// AppendJSON appends the rules as canonical JSON, limits written out.
 func (r Rules) AppendJSON(b []byte) []byte {
 	b = append(b, `{"readShared":`...)
 	if r.ReadShared == nil {
@@ -348,7 +452,14 @@ func (r Rules) AppendJSON(b []byte) []byte {
 	} else {
 		b = appendStrings(b, r.ReadShared)
 	}
-	return append(b, '}')
+	l := r.Limits.withDefaults()
+	b = append(b, `,"limits":{"leases":`...)
+	b = appendInt(b, l.Leases)
+	b = append(b, `,"waiters":`...)
+	b = appendInt(b, l.Waiters)
+	b = append(b, `,"agents":`...)
+	b = appendInt(b, l.Agents)
+	return append(b, "}}"...)
 }
 
 // shared reports whether resource is read-shared under the rules.

@@ -122,13 +122,16 @@ type jsonValue struct {
 	raw  []byte // the value's bytes as written
 }
 
-// reader is a strict JSON reader over one document.
+// reader is a strict JSON reader over one document. maxDepth, when above
+// zero, bounds nesting: the document's object is depth 1, each object or
+// array inside it one more.
 type reader struct {
-	b   []byte
-	pos int
+	b        []byte
+	pos      int
+	maxDepth int
 }
 
-var errDepth = errors.New("JSON nested too deeply")
+var errDepth = errors.New("a request is nested at most " + strconv.Itoa(MaxDepth) + " deep (the request object is depth 1)")
 
 func (r *reader) skipSpace() {
 	for r.pos < len(r.b) {
@@ -184,8 +187,9 @@ func (r *reader) member() (key []byte, v jsonValue, done bool, err error) {
 		return nil, v, false, r.syntax("want ':' after a field name")
 	}
 	r.pos++
-	if v, err = r.value(0); err != nil {
-		return nil, v, false, err
+	if v, err = r.value(1); err != nil {
+		// The error names the field whose value is at fault.
+		return nil, v, false, errors.New(quoteField(string(key)) + ": " + err.Error())
 	}
 	r.skipSpace()
 	if r.pos >= len(r.b) {
@@ -210,71 +214,32 @@ func (r *reader) end() error {
 	return nil
 }
 
-const maxDepth = 64
-
-// value reads any JSON value; nested ones are checked and kept raw.
+// value reads any JSON value inside a container at depth (0 for a whole
+// document); nested containers are checked and kept raw.
 func (r *reader) value(depth int) (jsonValue, error) {
-	if depth > maxDepth {
-		return jsonValue{}, errDepth
-	}
 	r.skipSpace()
 	if r.pos >= len(r.b) {
 		return jsonValue{}, r.syntax("unexpected end of input, want a value")
 	}
 	start := r.pos
 	switch c := r.b[r.pos]; {
-	case c == '"' && depth > 0:
-		// Inside a container strings are only checked for syntax: their
-		// text is read, strictly, when a field is decoded.
+	case c == '"' && depth > 1:
+		// Inside a nested container strings are only checked for syntax:
+		// their text is read, strictly, when a field is decoded.
 		err := r.skipString()
 		return jsonValue{kind: kindString, raw: r.b[start:r.pos]}, err
 	case c == '"':
 		s, err := r.string()
 		return jsonValue{kind: kindString, str: s, raw: r.b[start:r.pos]}, err
 	case c == '{' || c == '[':
-		close := byte('}')
 		kind := kindObject
 		if c == '[' {
-			close, kind = ']', kindArray
+			kind = kindArray
 		}
-		r.pos++
-		r.skipSpace()
-		if r.pos < len(r.b) && r.b[r.pos] == close {
-			r.pos++
-			return jsonValue{kind: kind, raw: r.b[start:r.pos]}, nil
+		if err := r.container(depth + 1); err != nil {
+			return jsonValue{}, err
 		}
-		for {
-			r.skipSpace()
-			if kind == kindObject {
-				if r.pos >= len(r.b) || r.b[r.pos] != '"' {
-					return jsonValue{}, r.syntax("want a field name")
-				}
-				if err := r.skipString(); err != nil {
-					return jsonValue{}, err
-				}
-				r.skipSpace()
-				if r.pos >= len(r.b) || r.b[r.pos] != ':' {
-					return jsonValue{}, r.syntax("want ':' after a field name")
-				}
-				r.pos++
-			}
-			if _, err := r.value(depth + 1); err != nil {
-				return jsonValue{}, err
-			}
-			r.skipSpace()
-			if r.pos >= len(r.b) {
-				return jsonValue{}, r.syntax("unexpected end of input")
-			}
-			if r.b[r.pos] == ',' {
-				r.pos++
-				continue
-			}
-			if r.b[r.pos] == close {
-				r.pos++
-				return jsonValue{kind: kind, raw: r.b[start:r.pos]}, nil
-			}
-			return jsonValue{}, r.syntax("want ',' or '" + string(close) + "'")
-		}
+		return jsonValue{kind: kind, raw: r.b[start:r.pos]}, nil
 	case c == 't':
 		err := r.literal("true")
 		return jsonValue{kind: kindBool, raw: r.b[start:r.pos]}, err
@@ -291,6 +256,113 @@ func (r *reader) value(depth int) (jsonValue, error) {
 		return jsonValue{kind: kindNumber, raw: r.b[start:r.pos]}, nil
 	default:
 		return jsonValue{}, r.syntax("unexpected character " + strconv.QuoteRune(rune(c)))
+	}
+}
+
+// container checks the object or array at r.pos, whose depth is depth,
+// and everything inside it. It keeps its own stack of open containers
+// instead of recursing, so any nesting costs time and memory linear in the
+// input and never the Go stack; r.maxDepth, when set, refuses deeper ones.
+func (r *reader) container(depth int) error {
+	var stackBuf [16]byte
+	stack := stackBuf[:0] // the closing bytes of the open containers
+	for {
+		// r.pos is at '{' or '[': open it.
+		if r.maxDepth > 0 && depth+len(stack) > r.maxDepth {
+			return errDepth
+		}
+		if r.b[r.pos] == '{' {
+			stack = append(stack, '}')
+		} else {
+			stack = append(stack, ']')
+		}
+		r.pos++
+		r.skipSpace()
+		if r.pos < len(r.b) && r.b[r.pos] == stack[len(stack)-1] {
+			r.pos++ // empty
+			stack = stack[:len(stack)-1]
+		} else {
+			// Members, until one opens a container (then the outer loop
+			// opens it) or the innermost container closes.
+			opened, err := r.members(&stack)
+			if err != nil {
+				return err
+			}
+			if opened {
+				continue
+			}
+		}
+		// A container closed: read on in its parent.
+		for len(stack) > 0 {
+			r.skipSpace()
+			if r.pos >= len(r.b) {
+				return r.syntax("unexpected end of input")
+			}
+			close := stack[len(stack)-1]
+			if r.b[r.pos] == close {
+				r.pos++
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			if r.b[r.pos] != ',' {
+				return r.syntax("want ',' or '" + string(close) + "'")
+			}
+			r.pos++
+			opened, err := r.members(&stack)
+			if err != nil {
+				return err
+			}
+			if opened {
+				break
+			}
+		}
+		if len(stack) == 0 {
+			return nil
+		}
+	}
+}
+
+// members reads members of the innermost container of *stack (r.pos at
+// the start of one) until one's value opens a container, left at r.pos
+// for the caller (opened), or the container closes (popped from *stack).
+func (r *reader) members(stack *[]byte) (opened bool, err error) {
+	for {
+		close := (*stack)[len(*stack)-1]
+		r.skipSpace()
+		if close == '}' {
+			if r.pos >= len(r.b) || r.b[r.pos] != '"' {
+				return false, r.syntax("want a field name")
+			}
+			if err := r.skipString(); err != nil {
+				return false, err
+			}
+			r.skipSpace()
+			if r.pos >= len(r.b) || r.b[r.pos] != ':' {
+				return false, r.syntax("want ':' after a field name")
+			}
+			r.pos++
+			r.skipSpace()
+		}
+		if r.pos < len(r.b) && (r.b[r.pos] == '{' || r.b[r.pos] == '[') {
+			return true, nil
+		}
+		if _, err := r.value(2); err != nil { // a scalar
+			return false, err
+		}
+		r.skipSpace()
+		if r.pos >= len(r.b) {
+			return false, r.syntax("unexpected end of input")
+		}
+		switch r.b[r.pos] {
+		case ',':
+			r.pos++
+			continue
+		case close:
+			r.pos++
+			*stack = (*stack)[:len(*stack)-1]
+			return false, nil
+		}
+		return false, r.syntax("want ',' or '" + string(close) + "'")
 	}
 }
 

@@ -156,3 +156,7 @@ func AppendCompact(dst, raw []byte) []byte {
 // AppendQuote appends s as a JSON string, escaped as every kernel answer
 // escapes strings.
 func AppendQuote(dst []byte, s string) []byte { return appendString(dst, s) }
+
+// IntLiteral reads raw as an integer literal (no fraction, no exponent,
+// within ±2^53), the way the kernel reads atMs: "-0" is 0.
+func IntLiteral(raw []byte) (int64, bool) { return intValue(raw) }

@@ -4,30 +4,42 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // Machine is the lease state of one workspace. The zero value is not
 // usable: call New or Restore. Not safe for concurrent use.
+//
+// It keeps only what a future answer needs: a resource lives while it has
+// a lease or a waiter (a claim belongs to a waiter), and an agent while its
+// trust is not 0, it holds or waits on something, or it is suspended.
 type Machine struct {
 	rules     Rules
 	now       int64
 	seq       uint64 // orders waiters across resources
+	fence     int64  // the workspace's fence counter: the last fence granted
 	epoch     uint64 // marks agents visited by the current cycle search
 	resources map[string]*resource
+	index     nameIndex // the same resources, in name order
 	agents    map[string]*agent
+	nleases   int
+	nwaiters  int
 	timers    timerHeap
 	deadlocks []deadlockPair
 	changed   bool
 	events    []byte // events of the command being applied
 	ans       []byte // scratch for the answer of the command being applied
 	nevents   int
+	// Resources and agents that may have become idle during the command;
+	// apply forgets the idle ones at its end.
+	idleRes    []*resource
+	idleAgents []*agent
 }
 
 type resource struct {
 	name     string
 	nameJSON []byte // name as a JSON string, escaped once
 	shared   bool
-	fence    int64
 	leases   []*lease  // live leases in grant (fence) order
 	waiters  []*waiter // queue order
 }
@@ -36,29 +48,38 @@ type lease struct {
 	timer
 	owner     *agent
 	id        string
-	holder    string
 	mode      string
 	fence     int64
 	grantedAt int64
 }
 
 type waiter struct {
-	timer
+	timer         // the lapse: at = lastAsk + WaiterTTLMs
+	claim   timer // the claim's end, in the heap while it is ahead
 	owner   *agent
-	actor   string
 	mode    string
 	since   int64
 	seq     uint64
-	lastAsk int64 // timer.at = lastAsk + WaiterTTLMs
+	lastAsk int64
+	heldAt  int64 // time of the last lease_held answer on this resource
+	waitMs  int64 // its stampede.waitMs
 }
+
+// claimUntil is when the waiter's claim ends (if it is admitted).
+func (w *waiter) claimUntil() int64 { return w.heldAt + w.waitMs + ClaimGraceMs }
 
 type agent struct {
 	did       string
 	didJSON   []byte // did as a JSON string, escaped once
 	trust2    int64  // trust score in half points
 	suspended bool
-	waits     []*waiter // in the order it began waiting (seq)
+	leases    []*lease  // live leases, in grant order
+	waits     []*waiter // by resource name
 	mark      uint64    // == Machine.epoch when the cycle search has seen it
+}
+
+func (a *agent) idle() bool {
+	return a.trust2 == 0 && !a.suspended && len(a.leases) == 0 && len(a.waits) == 0
 }
 
 type deadlockPair struct {
@@ -66,9 +87,11 @@ type deadlockPair struct {
 	at                                 int64
 }
 
-// New makes an empty machine with rules. The rules slice is copied.
+// New makes an empty machine with rules. The rules slice is copied; zero
+// limits take the defaults.
 func New(rules Rules) *Machine {
 	rules.ReadShared = append([]string(nil), rules.ReadShared...)
+	rules.Limits = rules.Limits.withDefaults()
 	return &Machine{
 		rules:     rules,
 		resources: map[string]*resource{},
@@ -82,8 +105,13 @@ func (m *Machine) Rules() Rules { return m.rules }
 // Now is the largest time the machine has seen.
 func (m *Machine) Now() int64 { return m.now }
 
-// NextAlarm is when the host should send a tick: the earliest lease expiry
-// or waiter lapse. ok is false when nothing is due ever.
+// Stats counts what the machine holds.
+func (m *Machine) Stats() Stats {
+	return Stats{Leases: m.nleases, Waiters: m.nwaiters, Resources: len(m.resources), Agents: len(m.agents)}
+}
+
+// NextAlarm is when the host should send a tick: the earliest lease
+// expiry, waiter lapse or claim end. ok is false when nothing is due ever.
 func (m *Machine) NextAlarm() (ms int64, ok bool) {
 	if len(m.timers) == 0 {
 		return 0, false
@@ -140,6 +168,7 @@ func (m *Machine) apply(c Command) Result {
 		m.changed = true
 	}
 	m.lapse()
+	m.forgetIdle() // what lapsed may leave idle, before the command reads the state
 	var r Result
 	switch c.Op {
 	case OpAcquire:
@@ -147,14 +176,17 @@ func (m *Machine) apply(c Command) Result {
 	case OpRelease:
 		r = m.release(c)
 	case OpWait:
-		r = Result{Status: 200, Answer: m.waitAnswer()}
+		r = Result{Status: 200, Answer: m.waitAnswer(c)}
 	case OpTick:
 		r = Result{Status: 200, Answer: m.tickAnswer()}
 	case OpSuspend:
 		r = m.suspend(c.ActorDid)
 	case OpResume:
 		r = m.resume(c.ActorDid)
+	case OpForget:
+		r = m.forget(c.ActorDid)
 	}
+	m.forgetIdle()
 	m.events = append(m.events, ']')
 	// Answer and events share one allocation; the scratch buffers stay.
 	la := len(r.Answer)
@@ -167,21 +199,52 @@ func (m *Machine) apply(c Command) Result {
 	return r
 }
 
-// lapse takes back every lease and waiter due at m.now and forgets deadlock
-// pairs older than DeadlockKeepMs.
+// forgetIdle forgets the resources and agents the command left idle.
+func (m *Machine) forgetIdle() {
+	for i, res := range m.idleRes {
+		if len(res.leases) == 0 && len(res.waiters) == 0 && m.resources[res.name] == res {
+			delete(m.resources, res.name)
+			m.index.remove(res)
+			m.changed = true
+		}
+		m.idleRes[i] = nil
+	}
+	m.idleRes = m.idleRes[:0]
+	for i, a := range m.idleAgents {
+		if a.idle() && m.agents[a.did] == a {
+			delete(m.agents, a.did)
+			m.changed = true
+		}
+		m.idleAgents[i] = nil
+	}
+	m.idleAgents = m.idleAgents[:0]
+}
+
+func (m *Machine) mayBeIdle(res *resource, a *agent) {
+	if res != nil {
+		m.idleRes = append(m.idleRes, res)
+	}
+	if a != nil {
+		m.idleAgents = append(m.idleAgents, a)
+	}
+}
+
+// lapse takes back every lease and waiter due at m.now, passes the claims
+// that end by then, and forgets deadlock pairs older than DeadlockKeepMs.
 func (m *Machine) lapse() {
 	for len(m.timers) > 0 && m.timers[0].at <= m.now {
 		t := m.timers.pop()
-		m.changed = true
-		if t.lease != nil {
+		switch {
+		case t.lease != nil:
+			m.changed = true
 			l := t.lease
-			res := t.res
-			res.leases = removeLease(res.leases, l)
+			m.removeLease(l)
 			l.owner.trust2 += expireTrust2
 			m.event("coordination.expire", l.at, l.owner, l, expireTrust2)
-		} else {
-			w := t.waiter
-			m.dropWaiter(t.res, w)
+		case t.kind == timerLapse:
+			m.dropWaiter(t.res, t.waiter)
+		default:
+			// A claim ends: nothing to change, its waiter's timer is gone.
 		}
 	}
 	keep := m.deadlocks[:0]
@@ -199,39 +262,40 @@ func (m *Machine) lapse() {
 	m.deadlocks = keep
 }
 
-func (m *Machine) agentFor(did string) *agent {
-	a := m.agents[did]
-	if a == nil {
-		a = newAgent(did)
-		m.agents[did] = a
-		m.changed = true
-	}
+func newAgent(did string) *agent { return &agent{did: did, didJSON: appendString(nil, did)} }
+
+func (m *Machine) addAgent(did string) *agent {
+	a := newAgent(did)
+	m.agents[did] = a
+	m.changed = true
 	return a
 }
 
-func newAgent(did string) *agent { return &agent{did: did, didJSON: appendString(nil, did)} }
-
-func (m *Machine) resourceFor(name string) *resource {
-	res := m.resources[name]
-	if res == nil {
-		res = &resource{name: name, nameJSON: appendString(nil, name), shared: m.rules.shared(name)}
-		m.resources[name] = res
-	}
+func (m *Machine) addResource(name string) *resource {
+	res := &resource{name: name, nameJSON: appendString(nil, name), shared: m.rules.shared(name)}
+	m.resources[name] = res
+	m.index.insert(res)
 	return res
 }
 
-func (res *resource) leaseOf(actor string) *lease {
+func (res *resource) leaseOf(a *agent) *lease {
+	if a == nil {
+		return nil
+	}
 	for _, l := range res.leases {
-		if l.holder == actor {
+		if l.owner == a {
 			return l
 		}
 	}
 	return nil
 }
 
-func (res *resource) waiterOf(actor string) *waiter {
+func (res *resource) waiterOf(a *agent) *waiter {
+	if a == nil {
+		return nil
+	}
 	for _, w := range res.waiters {
-		if w.actor == actor {
+		if w.owner == a {
 			return w
 		}
 	}
@@ -245,6 +309,60 @@ func (res *resource) conflicts(asked, held string) bool {
 		return true
 	}
 	return asked != "read" || held != "read"
+}
+
+// hasClaim reports whether w, a waiter of res, has a claim now: it is
+// admitted (among the first MaxAdmitted of the queue) and its back-off
+// window is not over. Suspended agents wait on nothing, so have none.
+func (m *Machine) hasClaim(res *resource, w *waiter) bool {
+	if m.now >= w.claimUntil() {
+		return false
+	}
+	for i, q := range res.waiters {
+		if i == MaxAdmitted {
+			break
+		}
+		if q == w {
+			return true
+		}
+	}
+	return false
+}
+
+// blockers calls f with each agent that blocks a, asking in mode on res
+// (a may be nil: an agent not yet known): the other agents whose live
+// leases there conflict with mode, in grant order, then, when a holds no
+// lease there and has no claim there, the other claimants whose claim
+// conflicts with mode, in queue order. f returns false to stop.
+func (m *Machine) blockers(res *resource, a *agent, mode string, f func(b *agent, l *lease) bool) {
+	holds := false
+	for _, l := range res.leases {
+		if l.owner == a {
+			holds = true
+			continue
+		}
+		if res.conflicts(mode, l.mode) && !f(l.owner, l) {
+			return
+		}
+	}
+	if holds {
+		return
+	}
+	var mine *waiter
+	if a != nil {
+		mine = res.waiterOf(a)
+	}
+	if mine != nil && m.hasClaim(res, mine) {
+		return
+	}
+	for i, w := range res.waiters {
+		if i == MaxAdmitted {
+			break
+		}
+		if w.owner != a && m.now < w.claimUntil() && res.conflicts(mode, w.mode) && !f(w.owner, nil) {
+			return
+		}
+	}
 }
 
 // leaseID derives a lease's id from its resource and fence (FNV-1a, 64
@@ -280,82 +398,152 @@ func leaseID(resource string, fence int64) string {
 }
 
 func (m *Machine) acquire(c Command) Result {
-	if a := m.agents[c.ActorDid]; a != nil && a.suspended {
+	a := m.agents[c.ActorDid]
+	if a != nil && a.suspended {
 		return suspendedResult(c.ActorDid)
 	}
-	a := m.agentFor(c.ActorDid)
-	res := m.resourceFor(c.Resource)
+	res := m.resources[c.Resource]
+	var own *lease
+	var mine *waiter
+	if res != nil {
+		own = res.leaseOf(a)
+		mine = res.waiterOf(a)
+	}
 	mode := c.Mode
 	if mode == "" {
 		mode = "write"
-	}
-	var own *lease
-	var nconf int
-	for _, l := range res.leases {
-		if l.holder == c.ActorDid {
-			own = l
-		} else if res.conflicts(mode, l.mode) {
-			nconf++
-		}
-	}
-	if nconf == 0 {
-		m.changed = true
 		if own != nil {
-			own.mode = mode
-			own.at = m.now + LeaseTTLMs
-			m.timers.fix(&own.timer)
-			m.event("coordination.renew", m.now, own.owner, own, 0)
-		} else {
-			res.fence++
-			own = &lease{
-				owner:     a,
-				id:        leaseID(res.name, res.fence),
-				holder:    c.ActorDid,
-				mode:      mode,
-				fence:     res.fence,
-				grantedAt: m.now,
+			mode = own.mode // a renewal without mode keeps the held mode
+		}
+	}
+	var nconf int
+	var first *lease // the earliest-granted conflicting lease of another agent
+	if res != nil {
+		for _, l := range res.leases {
+			if l.owner != a && res.conflicts(mode, l.mode) {
+				if first == nil {
+					first = l
+				}
+				nconf++
 			}
-			own.timer = timer{at: m.now + LeaseTTLMs, res: res, lease: own}
-			res.leases = append(res.leases, own)
-			m.timers.push(&own.timer)
-			m.event("coordination.lease", m.now, own.owner, own, 0)
-		}
-		if w := res.waiterOf(c.ActorDid); w != nil {
-			m.dropWaiter(res, w)
-		}
-		b := append(m.ans[:0], `{"ok":true,"lease":`...)
-		b = appendLease(b, own)
-		return Result{Status: 200, Answer: append(b, '}')}
-	}
-	holders := make([]string, 0, nconf)
-	for _, l := range res.leases {
-		if l.holder != c.ActorDid && res.conflicts(mode, l.mode) {
-			holders = append(holders, l.holder)
 		}
 	}
-	if cycle := m.findCycle(res, mode, c.ActorDid); cycle != nil {
-		return m.deadlock(c.ActorDid, res.name, cycle)
+	if nconf == 0 && own != nil {
+		// Rule 3: renewal.
+		m.changed = true
+		own.mode = mode
+		own.at = m.now + LeaseTTLMs
+		m.timers.fix(&own.timer)
+		m.event("coordination.renew", m.now, a, own, 0)
+		if mine != nil {
+			m.dropWaiter(res, mine)
+		}
+		return m.leaseAnswer(own)
+	}
+	// The claims that stand in the asker's way, when it has none itself.
+	myClaim := mine != nil && m.hasClaim(res, mine)
+	var claimants []*waiter
+	if res != nil && nconf == 0 && !myClaim {
+		for i, w := range res.waiters {
+			if i == MaxAdmitted {
+				break
+			}
+			if w.owner != a && m.now < w.claimUntil() && res.conflicts(mode, w.mode) {
+				claimants = append(claimants, w)
+			}
+		}
+	}
+	if nconf == 0 && len(claimants) == 0 {
+		// Rule 4: grant.
+		if r, over := m.overLimit(1, 0, a == nil); over {
+			return r
+		}
+		if a == nil {
+			a = m.addAgent(c.ActorDid)
+		}
+		if res == nil {
+			res = m.addResource(c.Resource)
+		}
+		m.changed = true
+		m.fence++
+		own = &lease{owner: a, id: leaseID(res.name, m.fence), mode: mode, fence: m.fence, grantedAt: m.now}
+		own.timer = timer{at: m.now + LeaseTTLMs, res: res, lease: own}
+		res.leases = append(res.leases, own)
+		a.leases = append(a.leases, own)
+		m.nleases++
+		m.timers.push(&own.timer)
+		m.event("coordination.lease", m.now, a, own, 0)
+		if mine != nil {
+			m.dropWaiter(res, mine)
+		}
+		return m.leaseAnswer(own)
+	}
+	// Rule 5: deadlock.
+	if a != nil {
+		if cycle := m.findCycle(res, a, mode); cycle != nil {
+			if mine != nil {
+				m.touchWaiter(mine) // a refused retry is a request: the lapse restarts
+			}
+			return m.deadlock(c.ActorDid, res.name, cycle)
+		}
+	}
+	// Rule 6: lease_held; the asker becomes or stays a waiter.
+	if mine == nil {
+		if r, over := m.overLimit(0, 1, a == nil); over {
+			return r
+		}
+		if a == nil {
+			a = m.addAgent(c.ActorDid)
+		}
+		m.seq++
+		mine = &waiter{owner: a, mode: mode, since: m.now, seq: m.seq}
+		mine.timer = timer{res: res, waiter: mine, kind: timerLapse, idx: -1}
+		mine.claim = timer{res: res, waiter: mine, kind: timerClaim, idx: -1}
+		res.waiters = append(res.waiters, mine)
+		m.nwaiters++
+		i, _ := slices.BinarySearchFunc(a.waits, res.name, func(w *waiter, name string) int { return cmpString(w.res.name, name) })
+		a.waits = slices.Insert(a.waits, i, mine)
 	}
 	m.changed = true
-	w := res.waiterOf(c.ActorDid)
-	if w == nil {
-		m.seq++
-		w = &waiter{owner: a, actor: c.ActorDid, mode: mode, since: m.now, seq: m.seq, lastAsk: m.now}
-		w.timer = timer{at: m.now + WaiterTTLMs, res: res, waiter: w}
-		res.waiters = append(res.waiters, w)
-		a.waits = append(a.waits, w)
-		m.timers.push(&w.timer)
-	} else {
-		w.mode = mode
-		w.lastAsk = m.now
-		w.at = m.now + WaiterTTLMs
-		m.timers.fix(&w.timer)
-	}
 	waitMs := BackoffMs(len(res.waiters))
+	mine.mode = mode
+	mine.heldAt, mine.waitMs = m.now, waitMs
+	m.touchWaiter(mine)
+	if mine.claim.idx < 0 {
+		mine.claim.at = mine.claimUntil()
+		m.timers.push(&mine.claim)
+	} else {
+		mine.claim.at = mine.claimUntil()
+		m.timers.fix(&mine.claim)
+	}
 	b := append(m.ans[:0], `{"ok":false,"reason":"lease_held","holder":`...)
-	b = appendString(b, holders[0])
-	b = append(b, `,"holders":`...)
-	b = appendStrings(b, holders)
+	if first != nil {
+		b = append(b, first.owner.didJSON...)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"holders":[`...)
+	n := 0
+	for _, l := range res.leases {
+		if l.owner != a && res.conflicts(mode, l.mode) {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			n++
+			b = append(b, l.owner.didJSON...)
+		}
+	}
+	b = append(b, ']')
+	if first == nil {
+		b = append(b, `,"claimants":[`...)
+		for i, w := range claimants {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, w.owner.didJSON...)
+		}
+		b = append(b, ']')
+	}
 	b = append(b, `,"stampede":{"admitted":[`...)
 	for i, q := range res.waiters {
 		if i == MaxAdmitted {
@@ -364,14 +552,72 @@ func (m *Machine) acquire(c Command) Result {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, q.actor)
+		b = append(b, q.owner.didJSON...)
 	}
 	b = append(b, `],"waitMs":`...)
 	b = appendInt(b, waitMs)
 	b = append(b, `},"error":`...)
-	b = appendString(b, res.name+" is held by "+holders[0]+"; retry after waitMs")
+	if first != nil {
+		b = appendString(b, res.name+" is held by "+first.owner.did+"; retry after waitMs")
+	} else {
+		b = appendString(b, res.name+" is free but claimed by waiters ahead of you in its queue; retry after waitMs")
+	}
 	b = append(b, '}')
 	return Result{Status: 409, RetryAfterSec: int((waitMs + 999) / 1000), Answer: b}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// touchWaiter restarts w's lapse from now.
+func (m *Machine) touchWaiter(w *waiter) {
+	m.changed = true
+	w.lastAsk = m.now
+	w.at = m.now + WaiterTTLMs
+	if w.idx < 0 {
+		m.timers.push(&w.timer)
+	} else {
+		m.timers.fix(&w.timer)
+	}
+}
+
+func (m *Machine) leaseAnswer(l *lease) Result {
+	b := append(m.ans[:0], `{"ok":true,"lease":`...)
+	b = appendLease(b, l)
+	return Result{Status: 200, Answer: append(b, '}')}
+}
+
+// overLimit checks the workspace limits for a verdict that would add
+// leases, waiters and (newAgent) an agent, and gives the refusal when one
+// would be passed.
+func (m *Machine) overLimit(leases, waiters int, newAgent bool) (Result, bool) {
+	lim := m.rules.Limits
+	switch {
+	case leases > 0 && int64(m.nleases+leases) > lim.Leases:
+		return limitResult("leases", lim.Leases, "live leases"), true
+	case waiters > 0 && int64(m.nwaiters+waiters) > lim.Waiters:
+		return limitResult("waiters", lim.Waiters, "waiters"), true
+	case newAgent && int64(len(m.agents)+1) > lim.Agents:
+		return limitResult("agents", lim.Agents, "agents remembered"), true
+	}
+	return Result{}, false
+}
+
+func limitResult(name string, max int64, what string) Result {
+	b := append([]byte(nil), `{"ok":false,"reason":"limit_exceeded","limit":"`...)
+	b = append(b, name...)
+	b = append(b, `","max":`...)
+	b = appendInt(b, max)
+	b = append(b, `,"error":`...)
+	b = appendString(b, "the workspace holds its limit of "+strconv.FormatInt(max, 10)+" "+what+"; nothing was changed")
+	return Result{Status: 429, RetryAfterSec: 1, Answer: append(b, '}')}
 }
 
 // BackoffMs is stampede.waitMs for n waiters: min(800, 25 × 2^n).
@@ -394,53 +640,58 @@ func suspendedResult(did string) Result {
 	return Result{Status: 403, Answer: append(b, '}')}
 }
 
-// findCycle follows wait-for edges from the holders of res that conflict
-// with mode (holder → resource it waits on → that resource's conflicting
-// holders → …) and returns the loop back to actor, or nil. The loop starts
-// with actor and res and alternates agents and resources. Each agent and
-// each (resource, mode) is expanded at most once, so the cost grows with the
-// edges reachable.
-func (m *Machine) findCycle(res *resource, mode, actor string) []string {
+// findCycle follows wait-for edges from the agents that block actor asking
+// in mode on res (agent → a resource it waits on → the agents that block
+// it there → …) and returns the loop back to actor, or nil. The loop
+// starts with actor and res and alternates agents and resources.
+// Breadth-first, blockers in the order of blockers (leases by grant, then
+// claimants by queue), an agent's waits by resource name, each agent
+// expanded once: the loop found is a shortest one, the same on every host,
+// and the cost grows with the edges reachable.
+func (m *Machine) findCycle(res *resource, actor *agent, mode string) []string {
 	type frame struct {
 		agent  *agent
 		parent int // index of the frame that led here, -1 for roots
 		via    *resource
 	}
 	m.epoch++
+	actor.mark = m.epoch
 	var frames []frame
-	for _, l := range res.leases {
-		if l.holder != actor && res.conflicts(mode, l.mode) && l.owner.mark != m.epoch {
-			l.owner.mark = m.epoch
-			frames = append(frames, frame{agent: l.owner, parent: -1})
+	m.blockers(res, actor, mode, func(b *agent, _ *lease) bool {
+		if b.mark != m.epoch {
+			b.mark = m.epoch
+			frames = append(frames, frame{agent: b, parent: -1})
 		}
-	}
-	// Breadth-first: frames is the queue; the first loop found is among the
-	// shortest, and the order is fixed by grant and wait order.
+		return true
+	})
 	for i := 0; i < len(frames); i++ {
 		a := frames[i].agent
 		for _, w := range a.waits {
 			wres := w.res
-			for _, l := range wres.leases {
-				if l.owner == a || !wres.conflicts(w.mode, l.mode) {
-					continue
+			found := false
+			m.blockers(wres, a, w.mode, func(b *agent, _ *lease) bool {
+				if b == actor {
+					found = true
+					return false
 				}
-				if l.holder == actor {
-					// Found: rebuild the path from the root.
-					rev := []string{wres.name, a.did}
-					for j := i; frames[j].parent >= 0; j = frames[j].parent {
-						rev = append(rev, frames[j].via.name, frames[frames[j].parent].agent.did)
-					}
-					cycle := make([]string, 0, len(rev)+2)
-					cycle = append(cycle, actor, res.name)
-					for k := len(rev) - 1; k >= 0; k-- {
-						cycle = append(cycle, rev[k])
-					}
-					return cycle
+				if b.mark != m.epoch {
+					b.mark = m.epoch
+					frames = append(frames, frame{agent: b, parent: i, via: wres})
 				}
-				if l.owner.mark != m.epoch {
-					l.owner.mark = m.epoch
-					frames = append(frames, frame{agent: l.owner, parent: i, via: wres})
+				return true
+			})
+			if found {
+				// Rebuild the path from the root.
+				rev := []string{wres.name, a.did}
+				for j := i; frames[j].parent >= 0; j = frames[j].parent {
+					rev = append(rev, frames[j].via.name, frames[frames[j].parent].agent.did)
 				}
+				cycle := make([]string, 0, len(rev)+2)
+				cycle = append(cycle, actor.did, res.name)
+				for k := len(rev) - 1; k >= 0; k-- {
+					cycle = append(cycle, rev[k])
+				}
+				return cycle
 			}
 		}
 	}
@@ -463,7 +714,7 @@ func (m *Machine) deadlock(actor, resName string, cycle []string) Result {
 	b = append(b, `,"cycle":`...)
 	b = appendStrings(b, cycle)
 	b = append(b, `,"error":`...)
-	b = appendString(b, "granting "+resName+" would close a wait cycle: "+holder+" holds it and waits on "+waitingOn+"; release what you hold and retry")
+	b = appendString(b, "granting "+resName+" would close a wait cycle: "+holder+" is ahead of you on it and waits on "+waitingOn+"; release what you hold and retry")
 	b = append(b, '}')
 	return Result{Status: 409, RetryAfterSec: 1, Answer: b}
 }
@@ -472,29 +723,38 @@ func (m *Machine) dropWaiter(res *resource, w *waiter) {
 	m.changed = true
 	if i := slices.Index(res.waiters, w); i >= 0 {
 		res.waiters = slices.Delete(res.waiters, i, i+1)
+		m.nwaiters--
 	}
 	if a := w.owner; a != nil {
 		if i := slices.Index(a.waits, w); i >= 0 {
 			a.waits = slices.Delete(a.waits, i, i+1)
 		}
 	}
-	if w.idx >= 0 {
-		m.timers.remove(&w.timer)
-	}
+	m.timers.remove(&w.timer)
+	m.timers.remove(&w.claim)
+	m.mayBeIdle(res, w.owner)
 }
 
-func removeLease(ls []*lease, l *lease) []*lease {
-	if i := slices.Index(ls, l); i >= 0 {
-		return slices.Delete(ls, i, i+1)
+// removeLease takes l off its resource, its agent and the heap.
+func (m *Machine) removeLease(l *lease) {
+	res, a := l.res, l.owner
+	if i := slices.Index(res.leases, l); i >= 0 {
+		res.leases = slices.Delete(res.leases, i, i+1)
+		m.nleases--
 	}
-	return ls
+	if i := slices.Index(a.leases, l); i >= 0 {
+		a.leases = slices.Delete(a.leases, i, i+1)
+	}
+	m.timers.remove(&l.timer)
+	m.mayBeIdle(res, a)
 }
 
 func (m *Machine) release(c Command) Result {
+	a := m.agents[c.ActorDid]
 	res := m.resources[c.Resource]
 	var own *lease
 	if res != nil {
-		own = res.leaseOf(c.ActorDid)
+		own = res.leaseOf(a)
 	}
 	if c.HasLeaseID && (own == nil || own.id != c.LeaseID) {
 		b := append(m.ans[:0], `{"ok":false,"reason":"stale_lease","leaseId":`...)
@@ -508,16 +768,16 @@ func (m *Machine) release(c Command) Result {
 		b = append(b, `false,"releasedIds":[]`...)
 	} else {
 		m.changed = true
-		res.leases = removeLease(res.leases, own)
-		m.timers.remove(&own.timer)
-		own.owner.trust2 += releaseTrust2
-		m.event("coordination.release", m.now, own.owner, own, releaseTrust2)
+		m.removeLease(own)
+		a.trust2 += releaseTrust2
+		m.event("coordination.release", m.now, a, own, releaseTrust2)
 		b = append(b, `true,"releasedIds":[`...)
-		b = appendString(b, own.id)
-		b = append(b, ']')
+		b = append(b, '"')
+		b = append(b, own.id...)
+		b = append(b, '"', ']')
 	}
 	if res != nil {
-		if w := res.waiterOf(c.ActorDid); w != nil {
+		if w := res.waiterOf(a); w != nil {
 			m.dropWaiter(res, w)
 		}
 	}
@@ -525,42 +785,40 @@ func (m *Machine) release(c Command) Result {
 }
 
 func (m *Machine) suspend(did string) Result {
-	a := m.agentFor(did)
+	a := m.agents[did]
+	if a == nil {
+		a = m.addAgent(did)
+	}
 	if !a.suspended {
 		a.suspended = true
 		m.changed = true
 		// Only a change of state emits an event: suspending again is a no-op
-		// (a suspended agent holds and waits on nothing), like resume.
+		// (a suspended agent holds and waits on nothing), like resume. The
+		// operator's act comes before the revocations it causes.
 		m.event("operator.suspend", m.now, a, nil, 0)
 	}
-	var names []string
-	for name, res := range m.resources {
-		if res.leaseOf(did) != nil {
-			names = append(names, name)
+	// Revoke in resource name order; the agent's own list, so the cost
+	// follows what it holds.
+	held := slices.Clone(a.leases)
+	slices.SortFunc(held, func(x, y *lease) int { return cmpString(x.res.name, y.res.name) })
+	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
+	b = appendString(b, did)
+	b = append(b, `,"suspended":true,"revokedIds":[`...)
+	for i, l := range held {
+		m.removeLease(l)
+		if i > 0 {
+			b = append(b, ',')
 		}
-	}
-	sort.Strings(names)
-	var ids []string
-	for _, name := range names {
-		res := m.resources[name]
-		l := res.leaseOf(did)
-		res.leases = removeLease(res.leases, l)
-		m.timers.remove(&l.timer)
-		ids = append(ids, l.id)
+		b = append(b, '"')
+		b = append(b, l.id...)
+		b = append(b, '"')
 		m.event("coordination.revoke", m.now, a, l, 0)
 	}
 	for len(a.waits) > 0 {
 		w := a.waits[0]
 		m.dropWaiter(w.res, w)
 	}
-	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
-	b = appendString(b, did)
-	b = append(b, `,"suspended":true,"revokedIds":`...)
-	if ids == nil {
-		ids = []string{}
-	}
-	b = appendStrings(b, ids)
-	return Result{Status: 200, Answer: append(b, '}')}
+	return Result{Status: 200, Answer: append(b, "]}"...)}
 }
 
 func (m *Machine) resume(did string) Result {
@@ -568,10 +826,35 @@ func (m *Machine) resume(did string) Result {
 		a.suspended = false
 		m.changed = true
 		m.event("operator.resume", m.now, a, nil, 0)
+		m.mayBeIdle(nil, a)
 	}
 	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
 	b = appendString(b, did)
 	return Result{Status: 200, Answer: append(b, `,"suspended":false}`...)}
+}
+
+// forget drops the trust record of an agent that holds and waits on
+// nothing and is not suspended.
+func (m *Machine) forget(did string) Result {
+	a := m.agents[did]
+	if a == nil {
+		return Result{Status: 200, Answer: append(m.ans[:0], `{"ok":true,"forgot":false}`...)}
+	}
+	if a.suspended || len(a.leases) > 0 || len(a.waits) > 0 {
+		why := " holds or waits on leases"
+		if a.suspended {
+			why = " is suspended (resume it first)"
+		}
+		b := append(m.ans[:0], `{"ok":false,"reason":"agent_busy","actorDid":`...)
+		b = appendString(b, did)
+		b = append(b, `,"error":`...)
+		b = appendString(b, "cannot forget "+did+": it"+why)
+		return Result{Status: 409, Answer: append(b, '}')}
+	}
+	m.changed = true
+	m.event("operator.forget", m.now, a, nil, 0)
+	delete(m.agents, did)
+	return Result{Status: 200, Answer: append(m.ans[:0], `{"ok":true,"forgot":true}`...)}
 }
 
 // event appends one event to the command's list. l is nil for operator
@@ -589,6 +872,9 @@ func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) 
 	if l != nil {
 		b = append(b, `,"resource":`...)
 		b = append(b, l.res.nameJSON...)
+		b = append(b, `,"class":"`...)
+		b = append(b, l.res.class()...)
+		b = append(b, '"')
 	}
 	b = append(b, `,"actorDid":`...)
 	b = append(b, a.didJSON...)
@@ -605,6 +891,13 @@ func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) 
 		b = appendHalves(b, trust2)
 	}
 	m.events = append(b, '}')
+}
+
+func (res *resource) class() string {
+	if res.shared {
+		return "read-shared"
+	}
+	return "exclusive"
 }
 
 // appendLease appends a lease as answers show it. Lease ids are hex and
@@ -627,63 +920,59 @@ func appendLease(b []byte, l *lease) []byte {
 	return append(b, '}')
 }
 
-// activeResources lists resources with holders or waiters, by name.
-func (m *Machine) activeResources() []*resource {
-	var out []*resource
-	for _, res := range m.resources {
-		if len(res.leases) > 0 || len(res.waiters) > 0 {
-			out = append(out, res)
-		}
+// waitAnswer answers a page of the queues: the live resources whose names
+// start with c.Prefix and come after c.After, at most c.Limit of them
+// (MaxWaitLimit when 0), in name order, with next when more remain; and
+// the deadlock pairs on the resources of the page's range. It reads the
+// name index from the page's start, so its cost follows the page.
+func (m *Machine) waitAnswer(c Command) []byte {
+	limit := c.Limit
+	if limit <= 0 {
+		limit = MaxWaitLimit
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
-}
-
-func (m *Machine) waitAnswer() []byte {
+	start := c.Prefix
+	if c.After >= start {
+		start = c.After + "\x00" // the first name above After
+	}
 	b := append(m.ans[:0], `{"ok":true,"nowMs":`...)
 	b = appendInt(b, m.now)
 	b = append(b, `,"queues":[`...)
-	for i, res := range m.activeResources() {
-		if i > 0 {
+	n := 0
+	var last string
+	more := false
+	m.index.from(start, func(res *resource) bool {
+		if !strings.HasPrefix(res.name, c.Prefix) {
+			return false
+		}
+		if n == limit {
+			more = true
+			return false
+		}
+		if n > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"resource":`...)
-		b = appendString(b, res.name)
-		if res.shared {
-			b = append(b, `,"class":"read-shared","holders":[`...)
-		} else {
-			b = append(b, `,"class":"exclusive","holders":[`...)
-		}
-		for j, l := range res.leases {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = appendLease(b, l)
-		}
-		b = append(b, `],"waiters":[`...)
-		for j, w := range res.waiters {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"actorDid":`...)
-			b = appendString(b, w.actor)
-			b = append(b, `,"mode":"`...)
-			b = append(b, w.mode...)
-			b = append(b, `","admitted":`...)
-			b = strconv.AppendBool(b, j < MaxAdmitted)
-			b = append(b, `,"sinceMs":`...)
-			b = appendInt(b, w.since)
-			b = append(b, `,"lapsesAtMs":`...)
-			b = appendInt(b, w.at)
-			b = append(b, '}')
-		}
-		b = append(b, "]}"...)
+		n++
+		last = res.name
+		b = m.appendQueue(b, res)
+		return true
+	})
+	b = append(b, ']')
+	if more {
+		b = append(b, `,"next":`...)
+		b = appendString(b, last)
 	}
-	b = append(b, `],"deadlocks":[`...)
-	for i, d := range m.deadlocks {
-		if i > 0 {
+	b = append(b, `,"deadlocks":[`...)
+	n = 0
+	for _, d := range m.deadlocks {
+		// On the page's range: the prefix, after After, and up to its last
+		// name when more remain.
+		if !strings.HasPrefix(d.resource, c.Prefix) || d.resource < start || (more && d.resource > last) {
+			continue
+		}
+		if n > 0 {
 			b = append(b, ',')
 		}
+		n++
 		b = append(b, `{"actorDid":`...)
 		b = appendString(b, d.actor)
 		b = append(b, `,"resource":`...)
@@ -694,6 +983,42 @@ func (m *Machine) waitAnswer() []byte {
 		b = appendString(b, d.waitingOn)
 		b = append(b, `,"atMs":`...)
 		b = appendInt(b, d.at)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+func (m *Machine) appendQueue(b []byte, res *resource) []byte {
+	b = append(b, `{"resource":`...)
+	b = append(b, res.nameJSON...)
+	b = append(b, `,"class":"`...)
+	b = append(b, res.class()...)
+	b = append(b, `","holders":[`...)
+	for j, l := range res.leases {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = appendLease(b, l)
+	}
+	b = append(b, `],"waiters":[`...)
+	for j, w := range res.waiters {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"actorDid":`...)
+		b = append(b, w.owner.didJSON...)
+		b = append(b, `,"mode":"`...)
+		b = append(b, w.mode...)
+		b = append(b, `","admitted":`...)
+		b = strconv.AppendBool(b, j < MaxAdmitted)
+		if j < MaxAdmitted {
+			b = append(b, `,"claimUntilMs":`...)
+			b = appendInt(b, w.claimUntil())
+		}
+		b = append(b, `,"sinceMs":`...)
+		b = appendInt(b, w.since)
+		b = append(b, `,"lapsesAtMs":`...)
+		b = appendInt(b, w.at)
 		b = append(b, '}')
 	}
 	return append(b, "]}"...)
@@ -711,15 +1036,24 @@ func (m *Machine) tickAnswer() []byte {
 	return append(b, '}')
 }
 
-// TrustJSON is every known agent's trust score as a JSON object, by DID.
+// TrustJSON is every remembered agent's trust score as a JSON object, by
+// DID.
 func (m *Machine) TrustJSON() []byte {
+	return m.appendTrust(make([]byte, 0, 32*len(m.agents)+2))
+}
+
+func (m *Machine) sortedDids() []string {
 	dids := make([]string, 0, len(m.agents))
 	for d := range m.agents {
 		dids = append(dids, d)
 	}
 	sort.Strings(dids)
-	b := append(make([]byte, 0, 32*len(dids)+2), '{')
-	for i, d := range dids {
+	return dids
+}
+
+func (m *Machine) appendTrust(b []byte) []byte {
+	b = append(b, '{')
+	for i, d := range m.sortedDids() {
 		if i > 0 {
 			b = append(b, ',')
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,27 +16,36 @@ import (
 type view struct {
 	Rules struct {
 		ReadShared []string `json:"readShared"`
+		Limits     struct {
+			Leases  int `json:"leases"`
+			Waiters int `json:"waiters"`
+			Agents  int `json:"agents"`
+		} `json:"limits"`
 	} `json:"rules"`
-	NowMs     int64 `json:"nowMs"`
-	Resources []struct {
-		Name   string `json:"name"`
-		Fence  int64  `json:"fence"`
-		Leases []struct {
-			Holder      string `json:"holder"`
-			Mode        string `json:"mode"`
-			Fence       int64  `json:"fence"`
-			ExpiresAtMs int64  `json:"expiresAtMs"`
-		} `json:"leases"`
-		Waiters []struct {
-			ActorDid  string `json:"actorDid"`
-			Mode      string `json:"mode"`
-			LastAskMs int64  `json:"lastAskMs"`
-		} `json:"waiters"`
-	} `json:"resources"`
-	Agents []struct {
-		Did       string `json:"did"`
-		Suspended bool   `json:"suspended"`
-	} `json:"agents"`
+	NowMs     int64              `json:"nowMs"`
+	Fence     int64              `json:"fence"`
+	Trust     map[string]float64 `json:"trust"`
+	Suspended []string           `json:"suspended"`
+	Resources []viewResource     `json:"resources"`
+}
+
+type viewResource struct {
+	Name   string `json:"name"`
+	Leases []struct {
+		Holder      string `json:"holder"`
+		Mode        string `json:"mode"`
+		Fence       int64  `json:"fence"`
+		ExpiresAtMs int64  `json:"expiresAtMs"`
+	} `json:"leases"`
+	Waiters []viewWaiter `json:"waiters"`
+}
+
+type viewWaiter struct {
+	ActorDid  string `json:"actorDid"`
+	Mode      string `json:"mode"`
+	LastAskMs int64  `json:"lastAskMs"`
+	HeldAtMs  int64  `json:"heldAtMs"`
+	WaitMs    int64  `json:"waitMs"`
 }
 
 func viewOf(t *testing.T, m *kernel.Machine) view {
@@ -60,47 +70,193 @@ func conflict(shared bool, asked, held string) bool {
 	return !shared || asked != "read" || held != "read"
 }
 
+// liveState is the state of a view at now, once what is due has lapsed:
+// per resource its live leases (agent → mode, in grant order) and its live
+// waiters in queue order.
+type liveState struct {
+	v       view
+	now     int64
+	leases  map[string][][2]string // resource → [holder, mode] in grant order
+	waiters map[string][]viewWaiter
+	trust2  map[string]int64 // trust in half points after the expiries
+}
+
+func live(v view, now int64) liveState {
+	s := liveState{v: v, now: now, leases: map[string][][2]string{}, waiters: map[string][]viewWaiter{}, trust2: map[string]int64{}}
+	for did, t := range v.Trust {
+		s.trust2[did] = int64(t * 2)
+	}
+	for _, r := range v.Resources {
+		for _, l := range r.Leases {
+			if l.ExpiresAtMs > now {
+				s.leases[r.Name] = append(s.leases[r.Name], [2]string{l.Holder, l.Mode})
+			} else {
+				s.trust2[l.Holder] -= 10
+			}
+		}
+		for _, w := range r.Waiters {
+			if w.LastAskMs+kernel.WaiterTTLMs > now {
+				s.waiters[r.Name] = append(s.waiters[r.Name], w)
+			}
+		}
+	}
+	return s
+}
+
+func (s liveState) suspended(did string) bool {
+	for _, d := range s.v.Suspended {
+		if d == did {
+			return true
+		}
+	}
+	return false
+}
+
+// claimants are the waiters of res with a claim now: among the first 8,
+// within waitMs + 1000 of their last lease_held answer.
+func (s liveState) claimants(res string) []viewWaiter {
+	var out []viewWaiter
+	for i, w := range s.waiters[res] {
+		if i < kernel.MaxAdmitted && s.now < w.HeldAtMs+w.WaitMs+kernel.ClaimGraceMs {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func (s liveState) holds(agent, res string) (string, bool) {
+	for _, l := range s.leases[res] {
+		if l[0] == agent {
+			return l[1], true
+		}
+	}
+	return "", false
+}
+
+func (s liveState) hasClaim(agent, res string) bool {
+	for _, w := range s.claimants(res) {
+		if w.ActorDid == agent {
+			return true
+		}
+	}
+	return false
+}
+
+// blocks lists the agents that block agent asking mode on res (SPEC
+// acquire rule 5): conflicting leases of others, and, when agent holds no
+// lease there and has no claim there, conflicting claims of others.
+func (s liveState) blocks(agent, res, mode string) []string {
+	var out []string
+	sh := s.v.shared(res)
+	for _, l := range s.leases[res] {
+		if l[0] != agent && conflict(sh, mode, l[1]) {
+			out = append(out, l[0])
+		}
+	}
+	if _, held := s.holds(agent, res); !held && !s.hasClaim(agent, res) {
+		for _, w := range s.claimants(res) {
+			if w.ActorDid != agent && conflict(sh, mode, w.Mode) {
+				out = append(out, w.ActorDid)
+			}
+		}
+	}
+	return out
+}
+
+// remembered reports whether the kernel keeps did after the lapses.
+func (s liveState) remembered(did string) bool {
+	if s.trust2[did] != 0 || s.suspended(did) {
+		return s.v.Trust != nil && hasKey(s.v.Trust, did)
+	}
+	for r := range s.leases {
+		if _, ok := s.holds(did, r); ok {
+			return true
+		}
+	}
+	for _, ws := range s.waiters {
+		for _, w := range ws {
+			if w.ActorDid == did {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasKey(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
+
+func (s liveState) counts() (leases, waiters, agents int) {
+	for _, ls := range s.leases {
+		leases += len(ls)
+	}
+	for _, ws := range s.waiters {
+		waiters += len(ws)
+	}
+	for did := range s.v.Trust {
+		if s.remembered(did) {
+			agents++
+		}
+	}
+	return
+}
+
 // expectAcquire decides an acquire by brute force on the state v (taken
-// before the command): lapse what is due at now, then grant, deadlock
-// (by transitive closure of the wait-for graph) or lease_held.
-func expectAcquire(v view, now int64, res, actor, mode string) (reason string, holders []string) {
+// before the command): lapse what is due at now, then renew, grant (with
+// the claims of admitted waiters), deadlock (by transitive closure of the
+// blocks graph), limit_exceeded or lease_held.
+func expectAcquire(v view, now int64, res, actor, mode string) (reason string, holders, claimants []string) {
+	s := live(v, now)
+	if s.suspended(actor) {
+		return "suspended", nil, nil
+	}
+	held, holds := s.holds(actor, res)
 	if mode == "" {
 		mode = "write"
-	}
-	for _, a := range v.Agents {
-		if a.Did == actor && a.Suspended {
-			return "suspended", nil
+		if holds {
+			mode = held
 		}
 	}
+	sh := v.shared(res)
+	for _, l := range s.leases[res] {
+		if l[0] != actor && conflict(sh, mode, l[1]) {
+			holders = append(holders, l[0])
+		}
+	}
+	nl, nw, na := s.counts()
+	known := s.remembered(actor)
+	if len(holders) == 0 && holds {
+		return "grant", nil, nil
+	}
+	if len(holders) == 0 {
+		if !s.hasClaim(actor, res) {
+			for _, w := range s.claimants(res) {
+				if w.ActorDid != actor && conflict(sh, w.Mode, mode) {
+					claimants = append(claimants, w.ActorDid)
+				}
+			}
+		}
+		if len(claimants) == 0 {
+			switch {
+			case nl+1 > v.Rules.Limits.Leases:
+				return "limit_exceeded:leases", nil, nil
+			case !known && na+1 > v.Rules.Limits.Agents:
+				return "limit_exceeded:agents", nil, nil
+			}
+			return "grant", nil, nil
+		}
+	}
+	// The blocks graph: waiter → the agents that block it where it waits.
 	type edge struct{ from, to string }
 	reach := map[edge]bool{}
-	agents := map[string]bool{}
-	var conflicting []string
-	for _, r := range v.Resources {
-		shared := v.shared(r.Name)
-		for _, l := range r.Leases {
-			if l.ExpiresAtMs <= now {
-				continue
-			}
-			agents[l.Holder] = true
-			if r.Name == res && l.Holder != actor && conflict(shared, mode, l.Mode) {
-				conflicting = append(conflicting, l.Holder)
-			}
-			for _, w := range r.Waiters {
-				if w.LastAskMs+kernel.WaiterTTLMs <= now || w.ActorDid == l.Holder {
-					continue
-				}
-				if conflict(shared, w.Mode, l.Mode) {
-					reach[edge{w.ActorDid, l.Holder}] = true
-					agents[w.ActorDid] = true
-				}
+	agents := map[string]bool{actor: true}
+	for r, ws := range s.waiters {
+		for _, w := range ws {
+			for _, b := range s.blocks(w.ActorDid, r, w.Mode) {
+				reach[edge{w.ActorDid, b}] = true
+				agents[w.ActorDid], agents[b] = true, true
 			}
 		}
 	}
-	if len(conflicting) == 0 {
-		return "grant", nil
-	}
-	agents[actor] = true
 	// Floyd–Warshall closure: fine for the handful of agents here.
 	for k := range agents {
 		for i := range agents {
@@ -114,19 +270,33 @@ func expectAcquire(v view, now int64, res, actor, mode string) (reason string, h
 			}
 		}
 	}
-	for _, h := range conflicting {
-		if reach[edge{h, actor}] {
-			return "deadlock", conflicting
+	for _, b := range s.blocks(actor, res, mode) {
+		if reach[edge{b, actor}] {
+			return "deadlock", holders, claimants
 		}
 	}
-	return "lease_held", conflicting
+	waiting := false
+	for _, w := range s.waiters[res] {
+		waiting = waiting || w.ActorDid == actor
+	}
+	if !waiting {
+		switch {
+		case nw+1 > v.Rules.Limits.Waiters:
+			return "limit_exceeded:waiters", nil, nil
+		case !known && na+1 > v.Rules.Limits.Agents:
+			return "limit_exceeded:agents", nil, nil
+		}
+	}
+	return "lease_held", holders, claimants
 }
 
 type answer struct {
 	OK        bool     `json:"ok"`
 	Reason    string   `json:"reason"`
-	Holder    string   `json:"holder"`
+	Limit     string   `json:"limit"`
+	Holder    *string  `json:"holder"`
 	Holders   []string `json:"holders"`
+	Claimants []string `json:"claimants"`
 	WaitingOn string   `json:"waitingOn"`
 	Cycle     []string `json:"cycle"`
 	Stampede  *struct {
@@ -140,56 +310,44 @@ type answer struct {
 }
 
 // checkCycle verifies a deadlock's cycle link by link against the state
-// before the command.
+// before the command: each agent blocks the one before it on the resource
+// between them (the asker in the asked mode, the others in the mode they
+// wait in).
 func checkCycle(v view, now int64, actor, mode string, c []string) error {
 	if len(c) < 4 || len(c)%2 != 0 || c[0] != actor {
 		return fmt.Errorf("cycle %v: want actor, resource, holder, resource, ...", c)
 	}
-	holds := func(agent, res, askedMode string) bool {
-		for _, r := range v.Resources {
-			if r.Name != res {
-				continue
-			}
-			for _, l := range r.Leases {
-				if l.Holder == agent && l.ExpiresAtMs > now && conflict(v.shared(res), askedMode, l.Mode) {
-					return true
-				}
-			}
+	s := live(v, now)
+	if mode == "" {
+		mode = "write"
+		if held, ok := s.holds(actor, c[1]); ok {
+			mode = held
 		}
-		return false
 	}
 	waitMode := func(agent, res string) (string, bool) {
-		for _, r := range v.Resources {
-			if r.Name != res {
-				continue
-			}
-			for _, w := range r.Waiters {
-				if w.ActorDid == agent && w.LastAskMs+kernel.WaiterTTLMs > now {
-					return w.Mode, true
-				}
+		for _, w := range s.waiters[res] {
+			if w.ActorDid == agent {
+				return w.Mode, true
 			}
 		}
 		return "", false
 	}
-	if mode == "" {
-		mode = "write"
-	}
-	asked := mode
+	asker, asked := actor, mode
 	for i := 1; i < len(c); i += 2 {
 		res := c[i]
 		next := actor
 		if i+1 < len(c) {
 			next = c[i+1]
 		}
-		if !holds(next, res, asked) {
-			return fmt.Errorf("cycle %v: %s does not hold %s against mode %s", c, next, res, asked)
+		if !slices.Contains(s.blocks(asker, res, asked), next) {
+			return fmt.Errorf("cycle %v: %s does not block %s on %s (mode %s)", c, next, asker, res, asked)
 		}
 		if i+1 < len(c) {
 			m, ok := waitMode(next, c[i+2])
 			if !ok {
 				return fmt.Errorf("cycle %v: %s does not wait on %s", c, next, c[i+2])
 			}
-			asked = m
+			asker, asked = next, m
 		}
 	}
 	return nil
@@ -223,7 +381,7 @@ func checkSeed(t *testing.T, seed int64) {
 // brute force and the state against the invariants.
 func checkSteps(t *testing.T, rules kernel.Rules, steps [][]byte) {
 	m := kernel.New(rules)
-	maxFence := map[string]int64{}
+	var maxFence int64
 	for i, raw := range steps {
 		beforeBytes := m.Snapshot()
 		before := viewOf(t, m)
@@ -250,38 +408,57 @@ func checkSteps(t *testing.T, rules kernel.Rules, steps [][]byte) {
 			t.Fatal(err)
 		}
 		after := viewOf(t, m)
-		for _, r := range after.Resources {
-			if r.Fence < maxFence[r.Name] {
-				t.Fatalf("step %d: fence of %s went down", i, r.Name)
+		if after.Fence < maxFence {
+			t.Fatalf("step %d: the fence counter went down", i)
+		}
+		maxFence = after.Fence
+		if a.Lease != nil && a.Lease.Fence > after.Fence {
+			t.Fatalf("step %d: lease fence %d above the counter %d", i, a.Lease.Fence, after.Fence)
+		}
+		if a.Reason == "limit_exceeded" {
+			// Changes nothing beyond what the clock did: the same state as a
+			// tick at that time.
+			m2, err := kernel.Restore(beforeBytes)
+			if err != nil {
+				t.Fatal(err)
 			}
-			maxFence[r.Name] = r.Fence
+			m2.Apply(kernel.Command{Op: kernel.OpTick, NowMs: cmd.NowMs})
+			if !bytes.Equal(m2.Snapshot(), m.Snapshot()) {
+				t.Fatalf("step %d: limit_exceeded changed the state", i)
+			}
 		}
 		if cmd.Op != kernel.OpAcquire {
 			continue
 		}
-		want, holders := expectAcquire(before, now, cmd.Resource, cmd.ActorDid, cmd.Mode)
+		want, holders, claimants := expectAcquire(before, now, cmd.Resource, cmd.ActorDid, cmd.Mode)
 		got := a.Reason
 		if a.OK {
 			got = "grant"
 		}
-		if got != want {
-			t.Fatalf("step %d %s: got %s, brute force says %s\nanswer %s", i, raw, got, want, res.Answer)
+		if a.Reason == "limit_exceeded" {
+			got += ":" + a.Limit
 		}
-		switch want {
-		case "lease_held", "deadlock":
-			if strings.Join(a.Holders, ",") != strings.Join(holders, ",") && want == "lease_held" {
-				t.Fatalf("step %d: holders %v, want %v", i, a.Holders, holders)
-			}
+		if got != want {
+			t.Fatalf("step %d %s: got %s, brute force says %s\nanswer %s\nstate %s", i, raw, got, want, res.Answer, beforeBytes)
 		}
 		if want == "deadlock" {
 			if err := checkCycle(before, now, cmd.ActorDid, cmd.Mode, a.Cycle); err != nil {
 				t.Fatalf("step %d: %v", i, err)
 			}
-			if a.Holder != a.Cycle[2] || a.WaitingOn != a.Cycle[3] {
-				t.Fatalf("step %d: holder/waitingOn %s/%s do not open the cycle %v", i, a.Holder, a.WaitingOn, a.Cycle)
+			if a.Holder == nil || *a.Holder != a.Cycle[2] || a.WaitingOn != a.Cycle[3] {
+				t.Fatalf("step %d: holder/waitingOn %v/%s do not open the cycle %v", i, a.Holder, a.WaitingOn, a.Cycle)
 			}
 		}
 		if want == "lease_held" {
+			if strings.Join(a.Holders, ",") != strings.Join(holders, ",") {
+				t.Fatalf("step %d: holders %v, want %v", i, a.Holders, holders)
+			}
+			if (a.Holder == nil) != (len(holders) == 0) || (a.Holder != nil && *a.Holder != holders[0]) {
+				t.Fatalf("step %d: holder %v, holders %v", i, a.Holder, holders)
+			}
+			if len(holders) == 0 && strings.Join(a.Claimants, ",") != strings.Join(claimants, ",") {
+				t.Fatalf("step %d: claimants %v, want %v", i, a.Claimants, claimants)
+			}
 			var queue []string
 			for _, r := range after.Resources {
 				if r.Name == cmd.Resource {

@@ -6,13 +6,15 @@ import (
 	"strconv"
 )
 
-// snapshotVersion is written into every snapshot; Restore refuses others.
-const snapshotVersion = 1
+// snapshotVersion is written into every snapshot. Restore reads it and
+// version 1 (leaseplane 0.1's, semantics 1), which it converts.
+const snapshotVersion = 2
 
 // Snapshot is the machine's whole state as canonical JSON: the same state
 // gives the same bytes on every host, and Restore(Snapshot()) continues
-// exactly as the original would. Resources that never had a lease are
-// left out; those that had keep their fence, so fences only rise.
+// exactly as the original would. It holds what is live (resources with a
+// lease or a waiter), the trust table, the suspended agents and the fence
+// counter, so it grows with what is live, not with what was ever seen.
 func (m *Machine) Snapshot() []byte {
 	b := append(make([]byte, 0, 1024), `{"v":`...)
 	b = appendInt(b, snapshotVersion)
@@ -22,30 +24,37 @@ func (m *Machine) Snapshot() []byte {
 	b = appendInt(b, m.now)
 	b = append(b, `,"seq":`...)
 	b = strconvAppendUint(b, m.seq)
-	b = append(b, `,"resources":[`...)
-	names := make([]string, 0, len(m.resources))
-	for name, res := range m.resources {
-		if res.fence > 0 || len(res.waiters) > 0 {
-			names = append(names, name)
+	b = append(b, `,"fence":`...)
+	b = appendInt(b, m.fence)
+	b = append(b, `,"trust":`...)
+	b = m.appendTrust(b)
+	b = append(b, `,"suspended":[`...)
+	n := 0
+	for _, d := range m.sortedDids() {
+		if m.agents[d].suspended {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			n++
+			b = appendString(b, d)
 		}
 	}
-	sort.Strings(names)
-	for i, name := range names {
-		res := m.resources[name]
-		if i > 0 {
+	b = append(b, `],"resources":[`...)
+	n = 0
+	m.index.from("", func(res *resource) bool {
+		if n > 0 {
 			b = append(b, ',')
 		}
+		n++
 		b = append(b, `{"name":`...)
-		b = appendString(b, name)
-		b = append(b, `,"fence":`...)
-		b = appendInt(b, res.fence)
+		b = append(b, res.nameJSON...)
 		b = append(b, `,"leases":[`...)
 		for j, l := range res.leases {
 			if j > 0 {
 				b = append(b, ',')
 			}
 			b = append(b, `{"holder":`...)
-			b = appendString(b, l.holder)
+			b = append(b, l.owner.didJSON...)
 			b = append(b, `,"mode":"`...)
 			b = append(b, l.mode...)
 			b = append(b, `","fence":`...)
@@ -62,40 +71,24 @@ func (m *Machine) Snapshot() []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"actorDid":`...)
-			b = appendString(b, w.actor)
+			b = append(b, w.owner.didJSON...)
 			b = append(b, `,"mode":"`...)
 			b = append(b, w.mode...)
 			b = append(b, `","sinceMs":`...)
 			b = appendInt(b, w.since)
 			b = append(b, `,"lastAskMs":`...)
 			b = appendInt(b, w.lastAsk)
+			b = append(b, `,"heldAtMs":`...)
+			b = appendInt(b, w.heldAt)
+			b = append(b, `,"waitMs":`...)
+			b = appendInt(b, w.waitMs)
 			b = append(b, `,"seq":`...)
 			b = strconvAppendUint(b, w.seq)
 			b = append(b, '}')
 		}
 		b = append(b, "]}"...)
-	}
-	b = append(b, `],"agents":[`...)
-	dids := make([]string, 0, len(m.agents))
-	for d := range m.agents {
-		dids = append(dids, d)
-	}
-	sort.Strings(dids)
-	for i, d := range dids {
-		a := m.agents[d]
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"did":`...)
-		b = appendString(b, d)
-		b = append(b, `,"trustHalves":`...)
-		b = appendInt(b, a.trust2)
-		if a.suspended {
-			b = append(b, `,"suspended":true}`...)
-		} else {
-			b = append(b, `,"suspended":false}`...)
-		}
-	}
+		return true
+	})
 	b = append(b, `],"deadlocks":[`...)
 	for i, d := range m.deadlocks {
 		if i > 0 {
@@ -121,10 +114,13 @@ func strconvAppendUint(b []byte, n uint64) []byte { return appendInt(b, int64(n)
 // snapState is a decoded snapshot, before its checks.
 type snapState struct {
 	v         int64
-	rules     []string
+	rules     Rules
 	now, seq  int64
+	fence     int64
 	resources []snapResource
-	agents    []snapAgent
+	agents    []snapAgent // version 1; version 2 keeps trust and suspended
+	trust     []snapAgent
+	suspended []string
 	deadlocks []deadlockPair
 }
 
@@ -141,8 +137,9 @@ type snapLease struct {
 }
 
 type snapWaiter struct {
-	actor, mode         string
-	since, lastAsk, seq int64
+	actor, mode                         string
+	since, lastAsk, seq, heldAt, waitMs int64
+	hasClaim                            bool // heldAtMs and waitMs were given (version 2)
 }
 
 type snapAgent struct {
@@ -209,13 +206,28 @@ func decodeSnapshot(b []byte) (snapState, error) {
 	var s snapState
 	err := decodeObject(b, fieldDecoders{
 		"v": intInto(&s.v),
-		"rules": func(raw []byte) error {
-			r, err := ParseRules(raw)
-			s.rules = r.ReadShared
+		"rules": func(raw []byte) (err error) {
+			s.rules, err = ParseRules(raw)
 			return err
 		},
 		"nowMs": intInto(&s.now),
 		"seq":   intInto(&s.seq),
+		"fence": intInto(&s.fence),
+		"trust": func(raw []byte) error {
+			return ScanObject(raw, func(did string, v []byte) error {
+				h, ok := halvesValue(v)
+				if !ok {
+					return errors.New("trust of " + strconv.Quote(did) + ": want a multiple of 0.5")
+				}
+				s.trust = append(s.trust, snapAgent{did: did, trust2: h})
+				return nil
+			})
+		},
+		"suspended": arrayOf(func(raw []byte) error {
+			d, err := Unquote(raw)
+			s.suspended = append(s.suspended, d)
+			return err
+		}),
 		"resources": arrayOf(func(raw []byte) error {
 			var r snapResource
 			err := decodeObject(raw, fieldDecoders{
@@ -235,6 +247,8 @@ func decodeSnapshot(b []byte) (snapState, error) {
 					err := decodeObject(raw, fieldDecoders{
 						"actorDid": stringInto(&w.actor), "mode": stringInto(&w.mode), "sinceMs": intInto(&w.since),
 						"lastAskMs": intInto(&w.lastAsk), "seq": intInto(&w.seq),
+						"heldAtMs": func(raw []byte) error { w.hasClaim = true; return intInto(&w.heldAt)(raw) },
+						"waitMs":   intInto(&w.waitMs),
 					})
 					r.waiters = append(r.waiters, w)
 					return err
@@ -264,27 +278,111 @@ func decodeSnapshot(b []byte) (snapState, error) {
 	return s, err
 }
 
+// halvesValue reads a trust score as written by appendHalves: an integer,
+// or one ending in .5.
+func halvesValue(raw []byte) (int64, bool) {
+	s := string(raw)
+	half := int64(0)
+	if len(s) > 2 && s[len(s)-2:] == ".5" {
+		s, half = s[:len(s)-2], 1
+	}
+	n, ok := intValue([]byte(s))
+	if !ok {
+		return 0, false
+	}
+	h := 2*max(n, -n) + half
+	if s[0] == '-' {
+		h = -h
+	}
+	return h, true
+}
+
 // Restore rebuilds a machine from a Snapshot. It checks the snapshot's
-// shape and the invariants it relies on, and refuses what breaks them.
+// shape and the invariants it relies on, and refuses what breaks them. A
+// version 1 snapshot (leaseplane 0.1) is converted: the workspace's fence
+// counter starts at the largest fence of any resource, so fences still
+// only rise; idle resources and trust-0 idle agents are dropped; a waiter's
+// claim window is taken from its last request and its place in the queue.
 func Restore(b []byte) (*Machine, error) {
 	s, err := decodeSnapshot(b)
 	if err != nil {
 		return nil, errors.New("restore: snapshot does not decode: " + err.Error())
 	}
-	if s.v != snapshotVersion {
-		return nil, errors.New("restore: snapshot version " + strconv.FormatInt(s.v, 10) + ", want " + strconv.Itoa(snapshotVersion))
+	switch s.v {
+	case snapshotVersion:
+	case 1:
+		return restoreV1(s)
+	default:
+		return nil, errors.New("restore: snapshot version " + strconv.FormatInt(s.v, 10) + ", want 1 or " + strconv.Itoa(snapshotVersion))
 	}
-	q := strconv.Quote
-	m := New(Rules{ReadShared: s.rules})
-	m.now, m.seq = s.now, uint64(s.seq)
+	m, err := build(s)
+	if err != nil {
+		return nil, err
+	}
+	if got := m.Snapshot(); string(got) != string(b) {
+		return nil, errors.New("restore: snapshot is not in canonical form (fields out of order, or state the kernel cannot reach)")
+	}
+	return m, nil
+}
+
+// restoreV1 converts a version 1 snapshot.
+func restoreV1(s snapState) (*Machine, error) {
 	for _, a := range s.agents {
+		s.trust = append(s.trust, snapAgent{did: a.did, trust2: a.trust2})
+		if a.suspended {
+			s.suspended = append(s.suspended, a.did)
+		}
+	}
+	live := s.resources[:0]
+	for _, r := range s.resources {
+		s.fence = max(s.fence, r.fence)
+		if len(r.leases) > 0 || len(r.waiters) > 0 {
+			for i := range r.waiters {
+				w := &r.waiters[i]
+				w.heldAt, w.waitMs = w.lastAsk, BackoffMs(i+1)
+			}
+			live = append(live, r)
+		}
+	}
+	s.resources = live
+	m, err := build(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range m.agents {
+		m.mayBeIdle(nil, a)
+	}
+	m.forgetIdle()
+	return m, nil
+}
+
+// build makes the machine a decoded snapshot describes.
+func build(s snapState) (*Machine, error) {
+	q := strconv.Quote
+	m := New(s.rules)
+	m.now, m.seq, m.fence = s.now, uint64(s.seq), s.fence
+	if m.now < 0 || m.now > MaxNowMs || m.fence < 0 || s.seq < 0 {
+		return nil, errors.New("restore: nowMs, seq or fence out of range")
+	}
+	for _, a := range s.trust {
 		if err := validActor(a.did); err != nil {
 			return nil, errors.New("restore: agent: " + err.Error())
 		}
+		if m.agents[a.did] != nil {
+			return nil, errors.New("restore: agent " + q(a.did) + " twice")
+		}
 		ag := newAgent(a.did)
-		ag.trust2, ag.suspended = a.trust2, a.suspended
+		ag.trust2 = a.trust2
 		m.agents[a.did] = ag
 	}
+	for _, d := range s.suspended {
+		a := m.agents[d]
+		if a == nil {
+			return nil, errors.New("restore: suspended agent " + q(d) + " has no trust record")
+		}
+		a.suspended = true
+	}
+	fences := map[int64]bool{}
 	var waits []*waiter
 	for _, rs := range s.resources {
 		if err := validResource(rs.name); err != nil {
@@ -293,50 +391,73 @@ func Restore(b []byte) (*Machine, error) {
 		if m.resources[rs.name] != nil {
 			return nil, errors.New("restore: resource " + q(rs.name) + " twice")
 		}
-		res := m.resourceFor(rs.name)
-		res.fence = rs.fence
+		res := m.addResource(rs.name)
+		var last int64
 		for _, ls := range rs.leases {
 			owner := m.agents[ls.holder]
 			switch {
-			case owner == nil:
-				return nil, errors.New("restore: lease holder " + q(ls.holder) + " is not an agent")
-			case ls.fence < 1 || ls.fence > rs.fence:
-				return nil, errors.New("restore: lease fence out of range on " + q(rs.name))
+			case owner == nil || owner.suspended:
+				return nil, errors.New("restore: lease holder " + q(ls.holder) + " is not an agent, or is suspended")
+			case ls.fence < 1 || ls.fence > m.fence || ls.fence <= last || fences[ls.fence]:
+				return nil, errors.New("restore: lease fence out of range, order, or used twice on " + q(rs.name))
 			case !validMode(ls.mode):
 				return nil, errors.New("restore: lease mode " + q(ls.mode))
-			case res.leaseOf(ls.holder) != nil:
+			case res.leaseOf(owner) != nil:
 				return nil, errors.New("restore: " + q(ls.holder) + " holds two leases on " + q(rs.name))
+			case ls.expiresAt <= m.now:
+				return nil, errors.New("restore: a lease on " + q(rs.name) + " has expired")
 			}
-			l := &lease{owner: owner, id: leaseID(rs.name, ls.fence), holder: ls.holder, mode: ls.mode, fence: ls.fence, grantedAt: ls.granted}
+			last = ls.fence
+			fences[ls.fence] = true
+			l := &lease{owner: owner, id: leaseID(rs.name, ls.fence), mode: ls.mode, fence: ls.fence, grantedAt: ls.granted}
 			l.timer = timer{at: ls.expiresAt, res: res, lease: l}
 			res.leases = append(res.leases, l)
+			owner.leases = append(owner.leases, l)
+			m.nleases++
 			m.timers.push(&l.timer)
 		}
 		for _, ws := range rs.waiters {
 			a := m.agents[ws.actor]
 			switch {
-			case a == nil:
-				return nil, errors.New("restore: waiter " + q(ws.actor) + " is not an agent")
+			case a == nil || a.suspended:
+				return nil, errors.New("restore: waiter " + q(ws.actor) + " is not an agent, or is suspended")
 			case !validMode(ws.mode):
 				return nil, errors.New("restore: waiter mode " + q(ws.mode))
-			case res.waiterOf(ws.actor) != nil:
+			case res.waiterOf(a) != nil:
 				return nil, errors.New("restore: " + q(ws.actor) + " waits twice on " + q(rs.name))
+			case ws.lastAsk+WaiterTTLMs <= m.now:
+				return nil, errors.New("restore: a waiter on " + q(rs.name) + " has lapsed")
+			case ws.seq < 1 || uint64(ws.seq) > m.seq || ws.waitMs < 0 || ws.waitMs > MaxWaitMs:
+				return nil, errors.New("restore: waiter seq or waitMs out of range on " + q(rs.name))
 			}
-			w := &waiter{owner: a, actor: ws.actor, mode: ws.mode, since: ws.since, seq: uint64(ws.seq), lastAsk: ws.lastAsk}
-			w.timer = timer{at: ws.lastAsk + WaiterTTLMs, res: res, waiter: w}
+			w := &waiter{owner: a, mode: ws.mode, since: ws.since, seq: uint64(ws.seq), lastAsk: ws.lastAsk,
+				heldAt: ws.heldAt, waitMs: ws.waitMs}
+			w.timer = timer{at: ws.lastAsk + WaiterTTLMs, res: res, waiter: w, kind: timerLapse}
+			w.claim = timer{at: w.claimUntil(), res: res, waiter: w, kind: timerClaim, idx: -1}
 			res.waiters = append(res.waiters, w)
+			m.nwaiters++
 			waits = append(waits, w)
 			m.timers.push(&w.timer)
+			if w.claim.at > m.now {
+				m.timers.push(&w.claim)
+			}
+		}
+		if len(res.leases) == 0 && len(res.waiters) == 0 && s.v == snapshotVersion {
+			return nil, errors.New("restore: resource " + q(rs.name) + " has no lease and no waiter")
 		}
 	}
-	sort.Slice(waits, func(i, j int) bool { return waits[i].seq < waits[j].seq })
+	sort.Slice(waits, func(i, j int) bool { return waits[i].res.name < waits[j].res.name })
 	for _, w := range waits {
 		w.owner.waits = append(w.owner.waits, w)
 	}
-	m.deadlocks = s.deadlocks
-	if got := m.Snapshot(); string(got) != string(b) {
-		return nil, errors.New("restore: snapshot is not in canonical form (fields out of order, or state the kernel cannot reach)")
+	if s.v == snapshotVersion {
+		for _, a := range m.agents {
+			if a.idle() {
+				return nil, errors.New("restore: agent " + q(a.did) + " has trust 0 and nothing live: it would be forgotten")
+			}
+		}
 	}
+	m.deadlocks = s.deadlocks
 	return m, nil
 }
 

@@ -62,12 +62,15 @@ func TestRestoreRefusesBrokenSnapshots(t *testing.T) {
 	good := string(m.Snapshot())
 	cases := map[string]string{
 		"not json":       `{`,
-		"wrong version":  `{"v":2}`,
 		"fence above":    replace(good, `"fence":1,"grantedAtMs"`, `"fence":9,"grantedAtMs"`),
 		"unknown holder": replace(good, `"holder":"did:x:a"`, `"holder":"did:x:b"`),
 		"bad mode":       replace(good, `"mode":"write"`, `"mode":"own"`),
 		"not canonical":  " " + good,
-		"bad agent did":  replace(good, `"did":"did:x:a"`, `"did":"x"`),
+		"bad agent did":  replace(good, `"trust":{"did:x:a":0}`, `"trust":{"x":0}`),
+		"fence counter":  replace(good, `"fence":1,"trust"`, `"fence":0,"trust"`),
+		"idle agent":     replace(good, `"trust":{"did:x:a":0}`, `"trust":{"did:x:a":0,"did:x:b":0}`),
+		"idle resource":  replace(good, `"deadlocks":[]`, `"deadlocks":[]`)[:0] + replace(good, `"waiters":[]}]`, `"waiters":[]},{"name":"s","leases":[],"waiters":[]}]`),
+		"wrong version":  `{"v":3}`,
 		"empty":          ``,
 	}
 	for name, in := range cases {

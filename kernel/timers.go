@@ -1,25 +1,34 @@
 package kernel
 
-// timer is a lease expiry or a waiter lapse, kept in the machine's heap.
-// Exactly one of lease and waiter is set. idx is the timer's place in the
-// heap, -1 when it is not there.
+// timer is a lease expiry, a waiter lapse or the end of a waiter's claim,
+// kept in the machine's heap. Exactly one of lease and waiter is set. idx
+// is the timer's place in the heap, -1 when it is not there.
 type timer struct {
 	at     int64
 	idx    int
+	kind   timerKind
 	res    *resource
 	lease  *lease
 	waiter *waiter
 }
 
-// less orders timers by time, then leases before waiters, then resource
-// name, then agent: a total order, so lapses happen in the same order on
-// every host however the heap was built.
+type timerKind uint8
+
+const (
+	timerLease timerKind = iota
+	timerLapse
+	timerClaim
+)
+
+// less orders timers by time, then kind (expiries, lapses, claim ends),
+// then resource name, then agent: a total order, so lapses happen in the
+// same order on every host however the heap was built.
 func (t *timer) less(u *timer) bool {
 	if t.at != u.at {
 		return t.at < u.at
 	}
-	if (t.lease != nil) != (u.lease != nil) {
-		return t.lease != nil
+	if t.kind != u.kind {
+		return t.kind < u.kind
 	}
 	if t.res.name != u.res.name {
 		return t.res.name < u.res.name
@@ -29,9 +38,9 @@ func (t *timer) less(u *timer) bool {
 
 func (t *timer) actor() string {
 	if t.lease != nil {
-		return t.lease.holder
+		return t.lease.owner.did
 	}
-	return t.waiter.actor
+	return t.waiter.owner.did
 }
 
 // timerHeap is a binary min-heap of timers that knows each timer's index,

@@ -30,8 +30,11 @@ func Random(seed int64) []byte {
 		}
 	}
 	rules := `{"readShared":["file:"]}`
-	if rng.IntN(4) == 0 {
+	switch rng.IntN(8) {
+	case 0, 1:
 		rules = `{"readShared":[]}`
+	case 2:
+		rules = `{"readShared":["file:"],"limits":{"leases":2,"waiters":2,"agents":3}}`
 	}
 	modes := []string{"", "read", "write", "delete", "read", "read"}
 	nSteps := 1 + rng.IntN(40)
@@ -40,8 +43,10 @@ func Random(seed int64) []byte {
 	var times []int64
 	for range nSteps {
 		switch p := rng.IntN(100); {
-		case p < 55:
+		case p < 30:
 			now += int64(rng.IntN(3000))
+		case p < 55:
+			now += int64(rng.IntN(1300)) // within back-off and claim windows
 		case p < 70:
 			now += int64(25000 + rng.IntN(10000))
 		case p < 80 && len(times) > 0:
@@ -72,15 +77,27 @@ func Random(seed int64) []byte {
 			if rng.IntN(3) == 0 {
 				s["leaseId"] = kernel.LeaseID(r, int64(1+rng.IntN(4)))
 			}
+		case p < 79:
+			s["op"] = "wait"
 		case p < 82:
 			s["op"] = "wait"
+			switch rng.IntN(3) {
+			case 0:
+				s["prefix"] = "file:"
+			case 1:
+				s["after"] = resources[rng.IntN(nRes)]
+			}
+			s["limit"] = 1 + rng.IntN(2)
 		case p < 90:
 			s["op"] = "tick"
 		case p < 93:
 			s["op"] = "suspend"
 			s["actorDid"] = a
-		case p < 96:
+		case p < 95:
 			s["op"] = "resume"
+			s["actorDid"] = a
+		case p < 97:
+			s["op"] = "forget"
 			s["actorDid"] = a
 		default:
 			s = invalidStep(rng, now, r, a)

@@ -141,11 +141,16 @@ func Run(e kernel.Engine, s *Scenario) ([]byte, error) {
 
 // AppendStep appends one transcript line: the step's atMs and op as
 // written (compacted; null when missing or when the step is not an
-// object), its answer and events.
+// object; an integer atMs as the kernel reads it, so -0 is 0), its answer
+// and events.
 func AppendStep(out []byte, step []byte, res kernel.Result) []byte {
 	atMs, op := head(step)
 	out = append(out, `{"atMs":`...)
-	out = appendRaw(out, atMs)
+	if n, ok := kernel.IntLiteral(atMs); ok {
+		out = strconv.AppendInt(out, n, 10) // as the kernel read it: -0 is 0
+	} else {
+		out = appendRaw(out, atMs)
+	}
 	out = append(out, `,"op":`...)
 	out = appendRaw(out, op)
 	out = append(out, `,"answer":`...)

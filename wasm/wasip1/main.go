@@ -209,6 +209,22 @@ func trust() uint64 {
 	return region(out)
 }
 
+// lp_stats gives the machine's counts: live leases, waiters, live
+// resources and agents remembered, each a little-endian uint64.
+//
+//go:wasmexport lp_stats
+func stats() uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	st := machine.Stats()
+	out = out[:0]
+	for _, n := range [...]int{st.Leases, st.Waiters, st.Resources, st.Agents} {
+		out = binary.LittleEndian.AppendUint64(out, uint64(n))
+	}
+	return region(out)
+}
+
 //go:wasmexport lp_version
 func version() uint64 {
 	out = []byte(kernel.Version)

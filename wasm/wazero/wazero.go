@@ -242,7 +242,7 @@ type instance struct {
 	mem    api.Memory
 	broken error
 
-	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust, fReset api.Function
+	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust, fStats, fReset api.Function
 
 	inPtr, inCap uint32
 	stack        [3]uint64
@@ -260,7 +260,7 @@ func (f *Factory) instantiate(ctx context.Context) (*instance, error) {
 	}{
 		{&in.fABI, "lp_abi_version"}, {&in.fBuffer, "lp_buffer"}, {&in.fNew, "lp_new"},
 		{&in.fRestore, "lp_restore"}, {&in.fStep, "lp_step"}, {&in.fApply, "lp_apply"},
-		{&in.fAlarm, "lp_next_alarm"}, {&in.fSnapshot, "lp_snapshot"}, {&in.fTrust, "lp_trust"},
+		{&in.fAlarm, "lp_next_alarm"}, {&in.fSnapshot, "lp_snapshot"}, {&in.fTrust, "lp_trust"}, {&in.fStats, "lp_stats"},
 		{&in.fReset, "lp_reset"},
 	} {
 		if *x.fn = mod.ExportedFunction(x.name); *x.fn == nil {
@@ -475,6 +475,19 @@ func (e *Engine) Snapshot() ([]byte, error) {
 // Trust is the trust scores as a JSON object keyed by actorDid.
 func (e *Engine) Trust() ([]byte, error) {
 	return e.bytes(func(in *instance) api.Function { return in.fTrust })
+}
+
+// Stats counts what the machine holds.
+func (e *Engine) Stats() (kernel.Stats, error) {
+	b, err := e.bytes(func(in *instance) api.Function { return in.fStats })
+	if err != nil {
+		return kernel.Stats{}, err
+	}
+	if len(b) != 32 {
+		return kernel.Stats{}, fmt.Errorf("wasm engine: lp_stats gave %d bytes, want 32", len(b))
+	}
+	n := func(i int) int { return int(binary.LittleEndian.Uint64(b[8*i:])) }
+	return kernel.Stats{Leases: n(0), Waiters: n(1), Resources: n(2), Agents: n(3)}, nil
 }
 
 func (e *Engine) bytes(fn func(*instance) api.Function) ([]byte, error) {
