@@ -398,7 +398,8 @@ func build(s snapState) (*Machine, error) {
 			switch {
 			case owner == nil || owner.suspended:
 				return nil, errors.New("restore: lease holder " + q(ls.holder) + " is not an agent, or is suspended")
-			case ls.fence < 1 || ls.fence > m.fence || ls.fence <= last || fences[ls.fence]:
+			case ls.fence < 1 || ls.fence > m.fence || ls.fence <= last || (fences[ls.fence] && s.v == snapshotVersion):
+				// (Version 1 counted fences per resource: there they repeat.)
 				return nil, errors.New("restore: lease fence out of range, order, or used twice on " + q(rs.name))
 			case !validMode(ls.mode):
 				return nil, errors.New("restore: lease mode " + q(ls.mode))

@@ -106,12 +106,12 @@ func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []by
 func (s *Server) decideAs(ctx context.Context, k store.Key, op kernel.Op, body []byte) reply {
 	switch op {
 	case kernel.OpAcquire, kernel.OpRelease, kernel.OpWait:
-	case kernel.OpSuspend, kernel.OpResume:
+	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
 		if k.Role != store.RoleOperator {
 			return refusal(403, ReasonForbidden, string(op)+" needs an operator key; this is a "+string(k.Role)+" key")
 		}
 	default:
-		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend or resume")}
+		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend, resume or forget")}
 	}
 	if k.Role == store.RoleAgent && op != kernel.OpWait {
 		// Only an agent key needs the actorDid before the engine sees the

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +108,9 @@ func replayOverREST(t *testing.T, file string) int {
 		if !ok {
 			continue // op or atMs itself invalid: no REST request says that
 		}
+		if atMs > servertest.NewClock().Now().Add(100*365*24*time.Hour).UnixMilli() {
+			break // beyond what the test's clock can reach (the kernel's goes to 2^53 ms)
+		}
 		if decErr == nil {
 			op, atMs = c.Op, c.NowMs
 			clock.Advance(time.UnixMilli(atMs).Sub(clock.Now()))
@@ -123,11 +128,19 @@ func replayOverREST(t *testing.T, file string) int {
 			method, route, k = "POST", RouteSuspend, opKey
 		case kernel.OpResume:
 			method, route, k = "POST", RouteResume, opKey
-		case kernel.OpWait, kernel.OpTick:
+		case kernel.OpForget:
+			method, route, k = "POST", RouteForget, opKey
+		case kernel.OpTick:
 			if body != "{}" {
 				continue // a GET has no body to be wrong in
 			}
 			method, route, k, body = "GET", RouteWait, key, ""
+		case kernel.OpWait:
+			q, ok := queryOf(body)
+			if !ok {
+				continue // a wrong type: a query parameter is text
+			}
+			method, route, k, body = "GET", RouteWait+q, key, ""
 		}
 		status, _, got := ts.do(method, route, k, body)
 		if op == kernel.OpTick {
@@ -180,6 +193,37 @@ func restOf(step []byte) (op kernel.Op, atMs int64, body string, ok bool) {
 	return op, atMs, b.String(), err == nil && opOK && atOK
 }
 
+// queryOf turns a wait step's paging into query parameters; ok is false
+// when a value has a type a query cannot carry (or the REST route refuses
+// on its own, as an out-of-range limit).
+func queryOf(body string) (q string, ok bool) {
+	var m map[string]any
+	if json.Unmarshal([]byte(body), &m) != nil {
+		return "", false
+	}
+	v := url.Values{}
+	for name, val := range m {
+		switch x := val.(type) {
+		case string:
+			if name != "prefix" && name != "after" {
+				return "", false
+			}
+			v.Set(name, x)
+		case float64:
+			if name != "limit" || x < 1 || x > kernel.MaxWaitLimit {
+				return "", false
+			}
+			v.Set(name, strconv.FormatFloat(x, 'f', -1, 64))
+		default:
+			return "", false
+		}
+	}
+	if len(v) == 0 {
+		return "", true
+	}
+	return "?" + v.Encode(), true
+}
+
 func statusOf(answer []byte) int {
 	var a struct {
 		OK     bool   `json:"ok"`
@@ -193,6 +237,8 @@ func statusOf(answer []byte) int {
 		return 400
 	case a.Reason == kernel.ReasonSuspended:
 		return 403
+	case a.Reason == kernel.ReasonLimit:
+		return 429
 	}
 	return 409
 }

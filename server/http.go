@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ const (
 	RouteWait    = "/api/v1/acp/coordination/wait"
 	RouteSuspend = "/api/v1/acp/operator/suspend"
 	RouteResume  = "/api/v1/acp/operator/resume"
+	RouteForget  = "/api/v1/acp/operator/forget"
 )
 
 func (s *Server) routes() {
@@ -32,11 +34,12 @@ func (s *Server) routes() {
 	s.mux.Handle(RouteWait, s.route(http.MethodGet, kernel.OpWait))
 	s.mux.Handle(RouteSuspend, s.route(http.MethodPost, kernel.OpSuspend))
 	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
+	s.mux.Handle(RouteForget, s.route(http.MethodPost, kernel.OpForget))
 	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
 	s.drillRoutes()
 	s.mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, refusal(404, ReasonNotFound, "no route "+r.URL.Path+"; the routes are "+
-			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteSuspend+" and "+RouteResume))
+			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteSuspend+", "+RouteResume+" and "+RouteForget))
 	}))
 	s.mux.HandleFunc("/healthz", s.healthz)
 	s.mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
@@ -88,6 +91,12 @@ func (s *Server) route(method string, op kernel.Op) http.Handler {
 				writeEarly(w, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()))
 			}
 			return
+		}
+		if op == kernel.OpWait && r.URL.RawQuery != "" {
+			if body, err = waitQuery(r.URL.Query()); err != nil {
+				writeReply(w, refusal(400, kernel.ReasonInvalid, err.Error()))
+				return
+			}
 		}
 		rep = s.callAs(r.Context(), k, op, body, start)
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -190,4 +199,39 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// waitQuery turns wait's query parameters (?prefix=&after=&limit=) into
+// the command body the kernel reads; the kernel checks the values.
+func waitQuery(q url.Values) ([]byte, error) {
+	b := []byte{'{'}
+	for _, name := range [...]string{"prefix", "after", "limit"} {
+		vs, ok := q[name]
+		if !ok {
+			continue
+		}
+		if len(vs) != 1 {
+			return nil, errors.New("query parameter " + name + " is given more than once")
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, name)
+		b = append(b, ':')
+		if name == "limit" {
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n < 1 || n > kernel.MaxWaitLimit {
+				return nil, errors.New("query parameter limit must be an integer from 1 to " + strconv.Itoa(kernel.MaxWaitLimit))
+			}
+			b = strconv.AppendInt(b, int64(n), 10)
+		} else {
+			b = appendJSONString(b, vs[0])
+		}
+	}
+	for name := range q {
+		if name != "prefix" && name != "after" && name != "limit" {
+			return nil, errors.New("unknown query parameter " + strconv.Quote(name) + " (wait takes prefix, after and limit)")
+		}
+	}
+	return append(b, '}'), nil
 }

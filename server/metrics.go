@@ -94,6 +94,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.commitSeconds, m.commitBatch, m.commitFailures,
 		m.commitDropped, m.eventsWritten, m.eventsDropped, m.alarms, m.reloads, m.workspaces,
+		newWorkspaceGauges(s),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "leaseplane_info",

@@ -1,0 +1,60 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// workspaceGauges is a Prometheus collector of what each loaded
+// workspace's machine holds: live leases, waiters, live resources and
+// agents remembered, labelled by workspace. A scrape asks each machine for
+// its counts (Engine.Stats, which costs nothing that grows with the
+// workspace) under that workspace's lock, one workspace at a time.
+type workspaceGauges struct {
+	s                                  *Server
+	leases, waiters, resources, agents *prometheus.Desc
+}
+
+func newWorkspaceGauges(s *Server) *workspaceGauges {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"workspace"}, nil)
+	}
+	return &workspaceGauges{
+		s:         s,
+		leases:    d("leaseplane_workspace_leases", "Live leases of the workspace."),
+		waiters:   d("leaseplane_workspace_waiters", "Waiters of the workspace."),
+		resources: d("leaseplane_workspace_resources", "Resources of the workspace with a lease or a waiter."),
+		agents:    d("leaseplane_workspace_agents", "Agents the workspace remembers (trust not 0, holding, waiting or suspended)."),
+	}
+}
+
+func (g *workspaceGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.leases
+	ch <- g.waiters
+	ch <- g.resources
+	ch <- g.agents
+}
+
+func (g *workspaceGauges) Collect(ch chan<- prometheus.Metric) {
+	g.s.wsMu.RLock()
+	wss := make([]*workspace, 0, len(g.s.workspaces))
+	for _, ws := range g.s.workspaces {
+		wss = append(wss, ws)
+	}
+	g.s.wsMu.RUnlock()
+	for _, ws := range wss {
+		ws.mu.Lock()
+		if ws.eng == nil || ws.needsReload() {
+			ws.mu.Unlock()
+			continue
+		}
+		st, err := ws.eng.Stats()
+		ws.mu.Unlock()
+		if err != nil {
+			continue
+		}
+		for _, m := range [...]struct {
+			d *prometheus.Desc
+			n int
+		}{{g.leases, st.Leases}, {g.waiters, st.Waiters}, {g.resources, st.Resources}, {g.agents, st.Agents}} {
+			ch <- prometheus.MustNewConstMetric(m.d, prometheus.GaugeValue, float64(m.n), ws.name)
+		}
+	}
+}
