@@ -3,9 +3,11 @@ package kernel_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/scenario"
 )
 
 func reportCmds(b *testing.B, perOp int) {
@@ -153,4 +155,46 @@ func BenchmarkMachineCalibration(b *testing.B) {
 		}
 		_ = n
 	})
+}
+
+// BenchmarkRefuseLargeInput measures refusing bodies that are wide (n
+// members: refused at the 17th) and deep (n nested arrays inside ttlMs:
+// refused at depth 9) and a scenario step with n members read by the
+// scenario reader, for n from 1,000 to 100,000: ns/op grows no faster than
+// the input (docs/BENCHMARKS.md, "Input limits").
+//
+//	go test -run '^$' -bench RefuseLargeInput -benchmem ./kernel
+func BenchmarkRefuseLargeInput(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		var wide strings.Builder
+		wide.WriteString(`{"resource":"r","actorDid":"did:x:a"`)
+		for i := range n {
+			fmt.Fprintf(&wide, `,"x%d":%d`, i, i)
+		}
+		wide.WriteString("}")
+		deep := `{"resource":"r","actorDid":"did:x:a","ttlMs":` + strings.Repeat("[", n) + strings.Repeat("]", n) + "}"
+		for _, c := range []struct {
+			name string
+			body []byte
+		}{{"wide", []byte(wide.String())}, {"deep", []byte(deep)}} {
+			b.Run(fmt.Sprintf("%s/%d", c.name, n), func(b *testing.B) {
+				m := kernel.New(kernel.Rules{})
+				b.SetBytes(int64(len(c.body)))
+				for b.Loop() {
+					if r := m.ApplyJSON(kernel.OpAcquire, 1, c.body); r.Status != 400 {
+						b.Fatalf("accepted: %s", r.Answer)
+					}
+				}
+			})
+		}
+		step := []byte(`{"steps":[` + strings.Replace(wide.String(), `{`, `{"atMs":1,"op":"acquire",`, 1) + `]}`)
+		b.Run(fmt.Sprintf("scenario-step/%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(step)))
+			for b.Loop() {
+				if _, err := scenario.Replay(kernel.Native, step); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
