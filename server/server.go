@@ -296,7 +296,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.drills = newDrillRunner(s)
 	s.routes()
-	s.handler = s.recoverer(s.guardBody(s.mux))
+	s.handler = securityHeaders(s.recoverer(s.guardBody(s.mux)))
 	if err := s.drills.start(); err != nil {
 		s.stopAll()
 		return nil, err

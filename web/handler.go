@@ -32,7 +32,7 @@ func newPage(title, current string, l Links, scripts ...string) (Page, error) {
 	return Page{Title: title, Current: current, Links: l, Assets: a, Scripts: scripts, Version: kernel.Version, Build: BuildHash()}, nil
 }
 
-var kernelScripts = []string{"wasm_exec.js", "kernel.js"}
+var kernelScripts = []string{"wasm_exec.js", "glue.js", "kernel.js"}
 
 // RenderPlayground writes the playground page with links l.
 func RenderPlayground(ctx context.Context, w *bytes.Buffer, l Links) error {
@@ -106,13 +106,33 @@ func staticHandler(w http.ResponseWriter, r *http.Request) {
 	serveAsset(w, r, a, strings.TrimPrefix(r.URL.Path, "/static/"))
 }
 
+// SetSecurityHeaders sets the headers every page and static file is
+// served with: the Content-Security-Policy, no framing (frame-ancestors
+// 'none', and X-Frame-Options for older browsers), no Referer sent to
+// other sites, no content sniffing.
+func SetSecurityHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", ContentSecurityPolicy)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
+// secure serves h with SetSecurityHeaders.
+func secure(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		SetSecurityHeaders(w.Header())
+		h.ServeHTTP(w, r)
+	})
+}
+
 // Routes are the patterns and handlers of the pages and their static
-// files, for an http.ServeMux (Go 1.22 patterns).
+// files, for an http.ServeMux (Go 1.22 patterns); every answer carries
+// SetSecurityHeaders.
 func Routes() map[string]http.Handler {
 	return map[string]http.Handler{
-		"GET /playground": pageHandler(RenderPlayground),
-		"GET /docs":       pageHandler(RenderDocs),
-		"GET /static/":    http.HandlerFunc(staticHandler),
+		"GET /playground": secure(pageHandler(RenderPlayground)),
+		"GET /docs":       secure(pageHandler(RenderDocs)),
+		"GET /static/":    secure(http.HandlerFunc(staticHandler)),
 	}
 }
 
@@ -125,7 +145,7 @@ func Handler() http.Handler {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, ServerLinks.Playground, http.StatusFound)
 	})
-	return mux
+	return secure(mux)
 }
 
 // WriteSite writes the playground and the docs as static files under dir:

@@ -12,6 +12,7 @@ const staticDir = path.join(__dirname, "..", "..", "web", "static");
 globalThis.fs ??= fs;
 globalThis.crypto ??= require("crypto");
 require(path.join(staticDir, "wasm_exec.js"));
+require(path.join(staticDir, "glue.js"));
 const scenario = fs.readFileSync(process.argv[2] || path.join(__dirname, "..", "..", "kernel", "testdata", "scenarios", "thundering-herd.json"), "utf8");
 
 (async () => {

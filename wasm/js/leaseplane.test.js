@@ -14,6 +14,7 @@ const corpusDir = path.join(root, "kernel", "testdata", "scenarios");
 globalThis.fs ??= fs;
 globalThis.crypto ??= require("crypto");
 require(path.join(staticDir, "wasm_exec.js"));
+require(path.join(staticDir, "glue.js"));
 
 let lp;
 test.before(async () => {

@@ -23,8 +23,12 @@
 //
 // Go functions cannot throw into JavaScript, so each throwing method is a
 // Go function that returns either its result or an {error: message}
-// object, wrapped by a two-line JavaScript function (made once with the
-// Function constructor) that throws new Error(message) for the latter.
+// object, wrapped by leaseplaneGlue.throwing from web/static/glue.js (load
+// it before running the module) into one that throws new Error(message)
+// for the latter. The wrapper is a script file of its own, not made at run
+// time with the Function constructor, so that pages run under a strict
+// Content-Security-Policy (no 'unsafe-eval') and in Cloudflare Workers,
+// which forbid eval. Without glue.js the methods return the error object.
 package main
 
 import (
@@ -41,16 +45,17 @@ var build string
 var closedMethod js.Value
 
 // throwing turns a Go function that returns a value or {error: msg} into a
-// JavaScript function that returns the value or throws Error(msg).
+// JavaScript function that returns the value or throws Error(msg); it is
+// leaseplaneGlue.throwing (glue.js), or undefined without it.
 var throwing js.Value
 
 func main() {
-	throwing = js.Global().Get("Function").New("impl", `return function() {
-  const r = impl.apply(this, arguments);
-  if (r !== null && typeof r === "object" && typeof r.__leaseplaneError === "string") throw new Error(r.__leaseplaneError);
-  return r;
-};`)
-	closedMethod = js.Global().Get("Function").New(`throw new Error("leaseplane: machine is closed");`)
+	if glue := js.Global().Get("leaseplaneGlue"); glue.Type() == js.TypeObject {
+		throwing = glue.Get("throwing")
+	} else {
+		js.Global().Get("console").Call("error", "leaseplane: glue.js was not loaded: methods return {__leaseplaneError} instead of throwing")
+	}
+	closedMethod = wrap(func([]js.Value) any { return errValue("leaseplane: machine is closed") })
 	api := js.Global().Get("Object").New()
 	api.Set("replay", wrap(func(args []js.Value) any {
 		in, err := stringArg(args, 0, "replay(scenarioJson)")
@@ -100,7 +105,7 @@ func machineObject(e kernel.Engine) js.Value {
 		})
 		funcs = append(funcs, fn)
 		names = append(names, name)
-		obj.Set(name, throwing.Invoke(fn))
+		obj.Set(name, throwingFunc(fn))
 	}
 	method("step", func(args []js.Value) any {
 		s, err := stringArg(args, 0, "step(stepJson)")
@@ -164,7 +169,15 @@ func machineObject(e kernel.Engine) js.Value {
 }
 
 func wrap(f func(args []js.Value) any) js.Value {
-	return throwing.Invoke(js.FuncOf(func(_ js.Value, args []js.Value) any { return f(args) }))
+	return throwingFunc(js.FuncOf(func(_ js.Value, args []js.Value) any { return f(args) }))
+}
+
+// throwingFunc wraps fn with the glue's throwing, when there is glue.
+func throwingFunc(fn js.Func) js.Value {
+	if throwing.Type() != js.TypeFunction {
+		return fn.Value
+	}
+	return throwing.Invoke(fn)
 }
 
 func errValue(msg string) any { return map[string]any{"__leaseplaneError": msg} }

@@ -17,6 +17,7 @@ const dir = process.argv[2] || path.join(__dirname, "..", "..", "web", "static")
 globalThis.fs ??= fs;
 globalThis.crypto ??= require("crypto");
 require(path.resolve(dir, "wasm_exec.js"));
+require(path.resolve(dir, "glue.js"));
 
 async function main() {
   const go = new Go();

@@ -61,7 +61,7 @@ type node struct {
 
 func startNode(t testing.TB) *node {
 	t.Helper()
-	for _, f := range []string{"leaseplane.wasm", "wasm_exec.js"} {
+	for _, f := range []string{"leaseplane.wasm", "wasm_exec.js", "glue.js"} {
 		if _, err := os.Stat(filepath.Join(staticDir, f)); err != nil {
 			t.Fatalf("the Node host needs web/static/%s: run make wasm (%v)", f, err)
 		}

@@ -68,9 +68,12 @@ export function staticServer(dir) {
   return new Promise((resolve) => srv.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${srv.address().port}`, stop: () => srv.close() })));
 }
 
-export async function launch() {
+// launch starts chromium; extra options go to the browser context (the
+// accessibility test passes bypassCSP to inject axe-core as a script).
+export async function launch(extra = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "lp-chromium-"));
   const ctx = await chromium.launchPersistentContext(dir, {
+    ...extra,
     executablePath: "/usr/bin/chromium",
     headless: true,
     viewport: { width: 1440, height: 1000 },

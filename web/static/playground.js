@@ -376,8 +376,11 @@
     const trust = Object.entries(tr.trust || {});
     const maxAbs = Math.max(1, ...trust.map(([, v]) => Math.abs(v)));
     $("trust").tBodies[0].innerHTML = trust.map(([d, v]) =>
-      `<tr><td>${who(d)}</td><td class="num"><span class="tbar ${v < 0 ? "neg" : "pos"}" style="width:${Math.round((Math.abs(v) / maxAbs) * 60)}px"></span> <span class="${v < 0 ? "neg" : v > 0 ? "pos" : ""}">${v > 0 ? "+" : ""}${esc(v)}</span></td></tr>`).join("") ||
+      `<tr><td>${who(d)}</td><td class="num"><span class="tbar ${v < 0 ? "neg" : "pos"}" data-w="${Math.round((Math.abs(v) / maxAbs) * 60)}"></span> <span class="${v < 0 ? "neg" : v > 0 ? "pos" : ""}">${v > 0 ? "+" : ""}${esc(v)}</span></td></tr>`).join("") ||
       `<tr><td colspan="2" class="muted">No agents.</td></tr>`;
+    // Widths through the CSSOM: the page's Content-Security-Policy refuses
+    // style attributes in markup.
+    for (const bar of $("trust").querySelectorAll(".tbar[data-w]")) bar.style.width = `${bar.dataset.w}px`;
     $("timeline").innerHTML = window.lpTimeline(steps, tr, $("timeline").clientWidth - 2);
     // Pointing at a verdict lights up its lease or refusal on the timeline.
     const tb = $("verdicts").tBodies[0];
