@@ -1,0 +1,61 @@
+// dev.mjs runs the Workers tier in a local workerd (Miniflare, offline) on
+// a port, keeping its storage in a folder, as `make worker-dev` does:
+//
+//   node cmd/worker/dev.mjs [--port 8787] [--data ./data/worker]
+//
+// On the first start it makes the workspace "default" and prints its key
+// as `export LEASEPLANE_KEY=...`, as make run does; the admin secret of the
+// local run is kept in DATA/admin-secret (mode 0600) and printed, for
+// making more keys (docs/WORKERS.md).
+import crypto from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { start, createWorkspace } from "./miniflare.mjs";
+
+function flag(name, def) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : def;
+}
+
+const port = Number(flag("port", process.env.PORT || "8787"));
+const data = path.resolve(flag("data", "./data/worker"));
+if (!Number.isInteger(port) || port < 0 || port > 65535) {
+  console.error(`worker-dev: --port ${flag("port")}: not a port number`);
+  process.exit(2);
+}
+fs.mkdirSync(data, { recursive: true, mode: 0o700 });
+const secretFile = path.join(data, "admin-secret");
+let secret;
+try {
+  secret = fs.readFileSync(secretFile, "utf8").trim();
+} catch {
+  secret = crypto.randomBytes(24).toString("base64url");
+  fs.writeFileSync(secretFile, secret + "\n", { mode: 0o600 });
+}
+
+const { mf, url } = await start({ dataDir: data, port, adminSecret: secret });
+const made = await fetch(`${url}/admin/v1/workspaces?name=default`, {
+  method: "POST",
+  headers: { Authorization: `Bearer ${secret}` },
+});
+const body = await made.json();
+if (made.status === 200) {
+  console.log(`leaseplane worker: first start on an empty data folder (${data}): created workspace "default" and a workspace key.`);
+  console.log(`export LEASEPLANE_KEY=${body.key}`);
+} else if (body.reason !== "workspace_exists") {
+  console.error(`worker-dev: creating workspace default: ${made.status} ${JSON.stringify(body)}`);
+  await mf.dispose();
+  process.exit(1);
+} else {
+  console.log(`leaseplane worker: workspace "default" exists in ${data}; make another key with:`);
+  console.log(`  curl -X POST -H "Authorization: Bearer $(cat ${secretFile})" '${url}/admin/v1/keys?workspace=default&role=workspace'`);
+}
+console.log(`leaseplane worker: serving in workerd on ${url} (admin secret in ${secretFile})`);
+console.log(`export LEASEPLANE_URL=${url}`);
+
+const stop = async () => {
+  await mf.dispose();
+  process.exit(0);
+};
+process.on("SIGINT", stop);
+process.on("SIGTERM", stop);
