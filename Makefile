@@ -105,15 +105,17 @@ bench: wasm deps-bench
 
 # worker builds the Cloudflare Workers tier into bin/worker (docs/WORKERS.md):
 # the Go front worker (cmd/worker, GOOS=js, with syumai/workers' glue),
-# the Durable Object (cmd/worker/*.mjs) and the kernel's wasip1 build.
+# the Durable Object (cmd/worker/*.mjs), the kernel's wasip1 build and
+# kernel/ledger's (cmd/worker/ledger).
 WORKER := bin/worker
 worker: wasm
 	@mkdir -p bin
 	rm -rf $(WORKER)
 	$(GO) run github.com/syumai/workers/cmd/workers-assets-gen -mode=go -o $(WORKER)
 	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $(WORKER)/app.wasm ./cmd/worker
+	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $(WORKER)/ledger.wasm ./cmd/worker/ledger
 	cp wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm $(WORKER)/kernel.wasm
-	cp cmd/worker/index.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs $(WORKER)/
+	cp cmd/worker/index.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs cmd/worker/ledger.mjs $(WORKER)/
 
 # worker-dev runs the worker in a local workerd (Miniflare) on PORT, with
 # its storage in ./data/worker, makes a workspace and prints its key.

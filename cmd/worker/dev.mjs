@@ -6,7 +6,8 @@
 // On the first start it makes the workspace "default" and prints its key
 // as `export LEASEPLANE_KEY=...`, as make run does; the admin secret of the
 // local run is kept in DATA/admin-secret (mode 0600) and printed, for
-// making more keys (docs/WORKERS.md).
+// making more keys (docs/WORKERS.md); the secret that seals the ledgers'
+// signing keys in DATA/ledger-secret.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
@@ -24,16 +25,21 @@ if (!Number.isInteger(port) || port < 0 || port > 65535) {
   process.exit(2);
 }
 fs.mkdirSync(data, { recursive: true, mode: 0o700 });
-const secretFile = path.join(data, "admin-secret");
-let secret;
-try {
-  secret = fs.readFileSync(secretFile, "utf8").trim();
-} catch {
-  secret = crypto.randomBytes(24).toString("base64url");
-  fs.writeFileSync(secretFile, secret + "\n", { mode: 0o600 });
+// localSecret reads a secret of the local run from DATA/NAME, or makes it.
+function localSecret(name) {
+  const file = path.join(data, name);
+  try {
+    return [fs.readFileSync(file, "utf8").trim(), file];
+  } catch {
+    const s = crypto.randomBytes(24).toString("base64url");
+    fs.writeFileSync(file, s + "\n", { mode: 0o600 });
+    return [s, file];
+  }
 }
+const [secret, secretFile] = localSecret("admin-secret");
+const [ledgerSecret] = localSecret("ledger-secret");
 
-const { mf, url } = await start({ dataDir: data, port, adminSecret: secret });
+const { mf, url } = await start({ dataDir: data, port, adminSecret: secret, ledgerSecret });
 const made = await fetch(`${url}/admin/v1/workspaces?name=default`, {
   method: "POST",
   headers: { Authorization: `Bearer ${secret}` },

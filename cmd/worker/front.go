@@ -28,6 +28,11 @@ var routes = map[string]struct {
 const routeList = "/api/v1/acp/coordination/lease, /api/v1/acp/coordination/release, " +
 	"/api/v1/acp/coordination/wait, /api/v1/acp/operator/suspend and /api/v1/acp/operator/resume"
 
+// The ledger's routes (GET /api/v1/ledger/NAME), answered by the object.
+var ledgerRoutes = map[string]bool{"key": true, "checkpoint": true, "entries": true, "proof": true, "consistency": true, "receipt": true}
+
+const ledgerRouteList = "/api/v1/ledger/key, checkpoint, entries, proof, consistency and receipt"
+
 // maxBodyBytes is the server's default request body limit (413 above it).
 const maxBodyBytes = 8192
 
@@ -37,11 +42,13 @@ const maxKeyLen = 200
 // keyPrefix starts every key: "lp_" ID "_" secret, as on the server.
 const keyPrefix = "lp_"
 
-// reply is a decided answer: status, Retry-After (0 for none) and body.
+// reply is a decided answer: status, Retry-After (0 for none), body and
+// its type (empty for JSON).
 type reply struct {
-	status     int
-	retryAfter int
-	body       []byte
+	status      int
+	retryAfter  int
+	body        []byte
+	contentType string
 }
 
 func refusal(status int, reason, msg string) reply {

@@ -1,7 +1,8 @@
 // kernel.mjs hosts the kernel's GOOS=wasip1 reactor build (wasm/wasip1,
 // the very file the server runs under wazero) in workerd: a WASI shim of the
-// ten functions the Go runtime imports, and the ABI of wasm/wasip1 (version
-// 1) as a small class. The module is imported by the worker's entry as a
+// ten functions the Go runtime imports (and six file functions that answer
+// "no such file" for the ledger's module, which links package os), and the
+// ABI of wasm/wasip1 (version 1) as a small class. The module is imported by the worker's entry as a
 // CompiledWasm module: workerd never compiles wasm from bytes at run time.
 //
 // The kernel reads no clock and draws no randomness; the shim's clock and
@@ -26,12 +27,26 @@ class ProcExit extends Error {
 
 // wasi returns the import object for one instance; memory() gives its
 // memory once it exists.
-function wasi(memory) {
+export function wasi(memory) {
   const view = () => new DataView(memory().buffer);
   const bytes = () => new Uint8Array(memory().buffer);
   const lines = { 1: "", 2: "" };
   return {
     sched_yield: () => ESUCCESS,
+    // No files: the standard streams are character devices, and there is
+    // nothing else to open (the ledger's module links package os).
+    fd_fdstat_get: (fd, out) => {
+      if (fd > 2) return EBADF;
+      const v = view();
+      for (let j = 0; j < 24; j++) v.setUint8(out + j, 0);
+      v.setUint8(out, 2); // character_device
+      return ESUCCESS;
+    },
+    fd_fdstat_set_flags: () => EBADF,
+    fd_prestat_get: () => EBADF,
+    fd_prestat_dir_name: () => EBADF,
+    fd_close: () => EBADF,
+    fd_read: () => EBADF,
     proc_exit: (code) => {
       throw new ProcExit(code);
     },

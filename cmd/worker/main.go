@@ -35,6 +35,8 @@ func handle(w http.ResponseWriter, r *http.Request) {
 		write(w, reply{status: 200, body: []byte(`{"ok":true,"tier":"workers"}`)})
 	case strings.HasPrefix(path, "/admin/v1/"):
 		write(w, admin(r))
+	case strings.HasPrefix(path, "/api/v1/ledger/"):
+		write(w, ledgerRoute(r))
 	default:
 		rt, ok := routes[path]
 		if !ok {
@@ -73,6 +75,31 @@ func lease(r *http.Request, op kernel.Op) reply {
 		return rep
 	}
 	return toObject(k.workspace, "/op/"+string(op), body)
+}
+
+// ledgerRoute answers the ledger's routes for any key of the workspace: a
+// workspace sees only its own ledger.
+func ledgerRoute(r *http.Request) reply {
+	name := strings.TrimPrefix(r.URL.Path, "/api/v1/ledger/")
+	if !ledgerRoutes[name] {
+		return refusal(404, "not_found", "no route "+r.URL.Path+"; the ledger's routes are "+ledgerRouteList)
+	}
+	if r.Method != "GET" && r.Method != "HEAD" {
+		return refusal(405, "method_not_allowed", r.URL.Path+" takes GET, not "+r.Method)
+	}
+	key, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return refusal(401, "unauthorized", "the Authorization header must be Bearer KEY")
+	}
+	ks, err := openKeys()
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	k, rep, ok := authenticate(ks, key)
+	if !ok {
+		return rep
+	}
+	return toObject(k.workspace, "/ledger/"+name+"?"+r.URL.RawQuery, nil)
 }
 
 func readBody(r *http.Request) ([]byte, reply, bool) {
@@ -114,7 +141,11 @@ func toObject(workspace, path string, body []byte) reply {
 		return unavailable("workspace object: " + err.Error())
 	}
 	ra, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-	return reply{status: res.StatusCode, retryAfter: ra, body: b}
+	rep := reply{status: res.StatusCode, retryAfter: ra, body: b}
+	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+		rep.contentType = ct
+	}
+	return rep
 }
 
 // kvKeys is the key store in Workers KV.
@@ -189,7 +220,7 @@ func createWorkspace(ks kvKeys, name string, rules []byte) reply {
 	} else if found {
 		return refusal(409, "workspace_exists", "workspace "+name+" exists")
 	}
-	if rep := toObject(name, "/create", rules); rep.status != 200 {
+	if rep := toObject(name, "/create?name="+name, rules); rep.status != 200 {
 		return rep
 	}
 	if err := ks.Put(workspaceName(name), "1"); err != nil {
@@ -270,6 +301,9 @@ var (
 func write(w http.ResponseWriter, r reply) {
 	h := w.Header()
 	h["Content-Type"] = jsonType
+	if r.contentType != "" {
+		h.Set("Content-Type", r.contentType)
+	}
 	h["X-Content-Type-Options"] = noSniff
 	h["Cache-Control"] = noStore
 	if r.retryAfter > 0 {

@@ -21,8 +21,9 @@ export function readConfig() {
 }
 
 // start runs the worker. opts: dataDir (persisted storage; required),
-// port (0 or absent: dispatch only, no socket), adminSecret, testClock.
-export async function start({ dataDir, port, adminSecret = "", testClock = false }) {
+// port (0 or absent: dispatch only, no socket), adminSecret, ledgerSecret
+// (seals each workspace's signing key), testClock.
+export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "local ledger secret", testClock = false }) {
   const cfg = readConfig();
   const main = path.resolve(here, cfg.main);
   if (!fs.existsSync(main)) throw new Error(`${main} is missing: run make worker`);
@@ -33,6 +34,7 @@ export async function start({ dataDir, port, adminSecret = "", testClock = false
   }
   const bindings = {};
   if (adminSecret) bindings.LEASEPLANE_ADMIN_SECRET = adminSecret;
+  if (ledgerSecret) bindings.LEASEPLANE_LEDGER_SECRET = ledgerSecret;
   if (testClock) bindings.LEASEPLANE_TEST_CLOCK = "1";
   const opts = {
     modules: true,

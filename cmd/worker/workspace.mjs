@@ -9,6 +9,14 @@
 //             write is durable)
 //   snapshot  the machine's snapshot every SNAPSHOT_EVERY commands; the
 //             log behind it is dropped
+//   ledger_*  the workspace's ledger: every event the kernel emits, as an
+//             entry with its bytes exactly as emitted, written in the same
+//             storage transaction as the command's log row; the stored tree
+//             hashes (tlog's layout); the grant entry of each lease; and, in
+//             meta, the origin, the verifier key, the signing key sealed with
+//             the LEASEPLANE_LEDGER_SECRET binding, and the latest signed
+//             checkpoint. Hashes, proofs and signatures come from
+//             kernel/ledger built as a wasm module (cmd/worker/ledger).
 //
 // On start it restores the snapshot and applies the log after it: the
 // kernel is deterministic, so that gives back the same machine. Its alarm
@@ -18,7 +26,11 @@
 // The front worker (cmd/worker, Go) authenticates and sends commands here
 // as POST /op/<op> with the REST body. Other routes:
 //
-//   POST /create        make the workspace (body: its rules)
+//   POST /create?name=N make the workspace (body: its rules) and its
+//                       ledger's signing key
+//   GET  /ledger/key, /ledger/checkpoint, /ledger/entries?start&count,
+//        /ledger/proof?index&size, /ledger/consistency?from&to,
+//        /ledger/receipt?leaseId   the ledger routes of SPEC.md
 //   POST /replay        replay one scenario in a fresh machine of its own
 //                       (the parity run): {"rules": b64|null,
 //                       "steps": [b64...]} → per step status,
@@ -31,7 +43,9 @@
 
 import { DurableObject } from "cloudflare:workers";
 import kernelModule from "./kernel.wasm";
+import ledgerModule from "./ledger.wasm";
 import { Kernel } from "./kernel.mjs";
+import { Ledger, seal, unseal } from "./ledger.mjs";
 
 const SNAPSHOT_EVERY = 256;
 const OPS = new Set(["acquire", "release", "wait", "suspend", "resume"]);
@@ -86,6 +100,12 @@ export class Workspace extends DurableObject {
       now_ms INTEGER NOT NULL, body BLOB NOT NULL, version TEXT NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
       seq INTEGER NOT NULL, data BLOB NOT NULL, version TEXT NOT NULL)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_entries (idx INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_hashes (idx INTEGER PRIMARY KEY, hash BLOB NOT NULL)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_grants (lease_id TEXT PRIMARY KEY, idx INTEGER NOT NULL)`);
+    this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
+    this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
+    this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
     this.rules = this.meta("rules");
     this.last = Number(this.meta("clock") ?? 0);
     this.offset = Number(this.meta("offset") ?? 0);
@@ -133,9 +153,13 @@ export class Workspace extends DurableObject {
     }
     switch (path) {
       case "/create":
-        return this.create(new Uint8Array(await req.arrayBuffer()));
+        return this.create(url.searchParams.get("name"), new Uint8Array(await req.arrayBuffer()));
       case "/replay":
         return this.replay(await req.json());
+    }
+    if (path.startsWith("/ledger/")) {
+      if (this.kernel === null) return refusal(404, "not_found", "this workspace does not exist");
+      return this.ledgerRoute(path.slice(8), url.searchParams);
     }
     if (this.testClock) {
       switch (path) {
@@ -148,16 +172,28 @@ export class Workspace extends DurableObject {
     return refusal(404, "not_found", `no route ${path}`);
   }
 
-  create(rules) {
+  async create(name, rules) {
     if (this.rules !== null) return refusal(409, "workspace_exists", "this workspace exists");
+    if (!name) return refusal(400, "invalid_request", "name is required");
+    const secret = this.env.LEASEPLANE_LEDGER_SECRET;
+    if (!secret) return unavailable("the LEASEPLANE_LEDGER_SECRET secret is not set: the ledger's signing key cannot be sealed");
     try {
       new Kernel(kernelModule).new(rules);
     } catch (err) {
       return refusal(400, "invalid_request", `rules: ${err.message}`);
     }
+    // The origin never changes once the workspace exists.
+    const host = this.env.LEASEPLANE_PUBLIC_HOST;
+    const origin = host ? `${host}/leaseplane/${name}` : `leaseplane/${name}`;
+    const { signer, verifier } = this.ledger.keygen(origin);
+    const sealed = await seal(secret, origin, signer);
+    this.setMeta("name", name);
+    this.setMeta("ledger_origin", origin);
+    this.setMeta("ledger_verifier", verifier);
+    this.setMeta("ledger_signer", sealed);
     this.setMeta("rules", dec.decode(rules));
     this.load();
-    return json(200, { ok: true });
+    return json(200, { ok: true, verifier });
   }
 
   // command applies one command, logs it when it changed the machine and
@@ -167,7 +203,7 @@ export class Workspace extends DurableObject {
     let res;
     try {
       res = this.kernel.apply(op, now, body);
-      if (res.changed) this.record(op, now, body);
+      if (res.changed) this.record(op, now, body, res.events);
     } catch (err) {
       // The machine may be ahead of storage: rebuild it from storage.
       console.error("workspace: command failed:", err && err.stack);
@@ -178,10 +214,11 @@ export class Workspace extends DurableObject {
     return json(res.status, dec.decode(res.answer), headers);
   }
 
-  record(op, now, body) {
+  record(op, now, body, events) {
     this.seq++;
     this.sql.exec(`INSERT INTO log (seq, op, now_ms, body, version) VALUES (?, ?, ?, ?, ?)`,
       this.seq, op, now, blob(body), this.version);
+    this.appendEvents(events);
     if (now > this.last) {
       this.last = now;
       this.setMeta("clock", now);
@@ -194,6 +231,128 @@ export class Workspace extends DurableObject {
       this.sinceSnapshot = 0;
     }
     this.schedule();
+  }
+
+  // appendEvents adds each event to the ledger, in the same storage
+  // transaction as the command's log row. A ledger failure never fails the
+  // command (SPEC.md: best effort); it is logged.
+  appendEvents(events) {
+    if (events.length <= 2) return; // "[]"
+    try {
+      for (const entry of this.ledger.events(events)) {
+        const i = this.ledgerSize;
+        const hs = this.ledger.append(i, entry);
+        this.sql.exec(`INSERT INTO ledger_entries (idx, data) VALUES (?, ?)`, i, blob(entry));
+        for (const h of hs) this.sql.exec(`INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)`, this.hashCount++, blob(h));
+        this.ledgerSize++;
+        const ev = JSON.parse(dec.decode(entry));
+        if (ev.type === "coordination.lease" && typeof ev.leaseId === "string") {
+          this.sql.exec(`INSERT OR REPLACE INTO ledger_grants (lease_id, idx) VALUES (?, ?)`, ev.leaseId, i);
+        }
+      }
+    } catch (err) {
+      console.error("workspace: ledger append failed:", err && err.stack);
+      this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
+      this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
+      this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
+    }
+  }
+
+  readHashes(indexes) {
+    const out = [];
+    for (const i of indexes) {
+      const row = this.sql.exec(`SELECT hash FROM ledger_hashes WHERE idx = ?`, i).toArray()[0];
+      if (!row) return null;
+      out.push(new Uint8Array(row.hash));
+    }
+    return out;
+  }
+
+  // signed is the latest signed checkpoint, signing a new one when the
+  // ledger grew since (on demand).
+  async signed() {
+    const size = Number(this.meta("ledger_ckpt_size") ?? -1);
+    if (size === this.ledgerSize) return { size, text: this.meta("ledger_ckpt") };
+    const origin = this.meta("ledger_origin");
+    this.signer ??= await unseal(this.env.LEASEPLANE_LEDGER_SECRET, origin, this.meta("ledger_signer"));
+    const n = this.ledgerSize;
+    const text = dec.decode(this.ledger.checkpoint(n, origin, this.signer));
+    this.setMeta("ledger_ckpt_size", n);
+    this.setMeta("ledger_ckpt", text);
+    return { size: n, text };
+  }
+
+  async ledgerRoute(what, q) {
+    const text = (body) => new Response(body, {
+      status: 200,
+      headers: { "Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store" },
+    });
+    // The parameters and their refusals are the server's (server/ledger).
+    const bad = (name, msg) => {
+      throw json(400, `{"ok":false,"reason":"invalid_request","parameter":${JSON.stringify(name)},"error":${JSON.stringify(name + " " + msg)}}`);
+    };
+    const param = (name, def, required) => {
+      const vs = q.getAll(name);
+      if (vs.length === 0) {
+        if (required) bad(name, "is required");
+        return def;
+      }
+      if (vs.length > 1) bad(name, "is given more than once");
+      if (!/^(0|[1-9][0-9]{0,15})$/.test(vs[0]) || !Number.isSafeInteger(Number(vs[0]))) {
+        bad(name, `must be a whole number ≥ 0 without sign or leading zeros, not ${JSON.stringify(vs[0])}`);
+      }
+      return Number(vs[0]);
+    };
+    const hashList = (hs) => `"hashes":[${hs.map((h) => `"${btoa(String.fromCharCode(...h))}"`).join(",")}]`;
+    const size = this.ledgerSize;
+    try {
+      switch (what) {
+        case "key":
+          return text(this.meta("ledger_verifier") + "\n");
+        case "checkpoint":
+          return text((await this.signed()).text);
+        case "entries": {
+          const start = param("start", 0, false);
+          const count = param("count", 100, false);
+          if (count < 1 || count > 1000) bad("count", "must be 1 to 1000");
+          if (start > size) bad("start", `is past the ledger's end (it has ${size} entries)`);
+          const rows = this.sql.exec(`SELECT idx, data FROM ledger_entries WHERE idx >= ? ORDER BY idx LIMIT ?`, start, count).toArray();
+          const parts = rows.map((r) => {
+            const data = new Uint8Array(r.data);
+            return `{"index":${r.idx},"data":"${btoa(String.fromCharCode(...data))}","event":${dec.decode(data)}}`;
+          });
+          return json(200, `{"entries":[${parts.join(",")}]}`);
+        }
+        case "proof": {
+          const index = param("index", 0, true);
+          const n = param("size", size, false);
+          if (n > size) bad("size", `is larger than the ledger (${size} entries)`);
+          if (index >= n) bad("index", `must be below size (${n})`);
+          return json(200, `{"index":${index},"size":${n},${hashList(this.ledger.inclusion(n, index))}}`);
+        }
+        case "consistency": {
+          const from = param("from", 0, true);
+          const to = param("to", size, false);
+          if (to > size) bad("to", `is larger than the ledger (${size} entries)`);
+          if (from > to) bad("from", `must not be above to (${to})`);
+          return json(200, `{"from":${from},"to":${to},${hashList(this.ledger.consistency(to, from))}}`);
+        }
+        case "receipt": {
+          const vs = q.getAll("leaseId");
+          if (vs.length !== 1 || vs[0] === "" || enc.encode(vs[0]).length > 256) bad("leaseId", "is required, once, 1-256 bytes");
+          const id = vs[0];
+          const row = this.sql.exec(`SELECT l.idx, e.data FROM ledger_grants l JOIN ledger_entries e ON e.idx = l.idx WHERE l.lease_id = ?`, id).toArray()[0];
+          if (!row) return refusal(404, "not_found", `no grant of lease ${id} in this workspace's ledger`);
+          const ck = await this.signed();
+          return text(this.ledger.receipt(row.idx, ck.size, enc.encode(ck.text), new Uint8Array(row.data)));
+        }
+      }
+    } catch (err) {
+      if (err instanceof Response) return err;
+      console.error("workspace: ledger route failed:", err && err.stack);
+      return refusal(503, "unavailable", `the ledger cannot answer now (${err.message}); leases are not affected; retry`, { "Retry-After": "1" });
+    }
+    return refusal(404, "not_found", `no ledger route /api/v1/ledger/${what}; the routes are key, checkpoint, entries, proof, consistency and receipt`);
   }
 
   // schedule sets the storage alarm to the kernel's next alarm (in real

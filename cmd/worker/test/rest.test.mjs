@@ -262,6 +262,8 @@ test("restarting workerd keeps every lease (snapshot plus log)", async () => {
     assert.equal(res.status, 200);
     await res.arrayBuffer();
   }
+  const inAcme = await acquire(keyA, "lock:across-restart", "did:web:a.example:agent:acme");
+  assert.equal(inAcme.status, 200);
   const refused = await acquire(key, "lock:r1", "did:web:a.example:agent:waiter");
   assert.equal(refused.status, 409);
   const stateBefore = await objectJSON(ws, "/test/state");
@@ -282,6 +284,7 @@ test("restarting workerd keeps every lease (snapshot plus log)", async () => {
     assert.equal(renew.json.lease.fence, l.fence);
   }
   // Keys survive too (KV), and the other workspaces' leases.
-  const a = await acquire(keyA, "lock:grant", "did:web:a.example:agent:someone");
-  assert.equal(a.status, 409);
+  const a = await acquire(keyA, "lock:across-restart", "did:web:a.example:agent:someone");
+  assert.equal(a.status, 409, a.text);
+  assert.equal(a.json.holder, "did:web:a.example:agent:acme");
 });

@@ -1,0 +1,150 @@
+// ledger.mjs hosts cmd/worker/ledger (kernel/ledger built as a wasip1
+// reactor) for a workspace's Durable Object. The object's SQLite storage
+// keeps the entries and the stored tree hashes (tlog's layout); the module
+// reads the hashes it needs through its one import, synchronously, and does
+// all the hashing, proving and signing. Nothing here computes a hash.
+import { wasi } from "./kernel.mjs";
+
+const ERR_FLAG = 1n << 63n;
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+export class Ledger {
+  // readHashes(indexes: number[]) returns one 32-byte Uint8Array per index,
+  // or null when one is missing.
+  constructor(module, readHashes) {
+    let instance;
+    this.broken = null;
+    instance = new WebAssembly.Instance(module, {
+      wasi_snapshot_preview1: wasi(() => instance.exports.memory),
+      leaseplane: {
+        read_hashes: (indexesPtr, n, outPtr) => {
+          const mem = instance.exports.memory.buffer;
+          const idx = new DataView(mem, indexesPtr, 8 * n);
+          const want = [];
+          for (let i = 0; i < n; i++) want.push(Number(idx.getBigInt64(8 * i, true)));
+          const hs = readHashes(want);
+          if (hs === null) return 1;
+          const out = new Uint8Array(instance.exports.memory.buffer, outPtr, 32 * n);
+          hs.forEach((h, i) => out.set(h, 32 * i));
+          return 0;
+        },
+      },
+    });
+    this.x = instance.exports;
+    this.x._initialize();
+    this.inPtr = 0;
+    this.inCap = 0;
+  }
+
+  call(name, ...args) {
+    if (this.broken) throw this.broken;
+    try {
+      return this.x[name](...args);
+    } catch (err) {
+      this.broken = new Error(`ledger: ${name} trapped; the instance is unusable: ${err && err.message}`);
+      throw this.broken;
+    }
+  }
+
+  write(...parts) {
+    let n = 0;
+    for (const p of parts) n += p.length;
+    if (n > this.inCap || this.inCap === 0) {
+      this.inPtr = this.call("lg_buffer", Math.max(n, 1));
+      this.inCap = Math.max(n, 1);
+    }
+    const mem = new Uint8Array(this.x.memory.buffer);
+    let off = this.inPtr;
+    for (const p of parts) {
+      mem.set(p, off);
+      off += p.length;
+    }
+    return n;
+  }
+
+  output(r) {
+    const ptr = Number((r >> 32n) & 0x7fffffffn);
+    const len = Number(r & 0xffffffffn);
+    const b = new Uint8Array(this.x.memory.buffer, ptr, len).slice();
+    if (r & ERR_FLAG) throw new Error(`ledger: ${dec.decode(b)}`);
+    return b;
+  }
+
+  // events splits a kernel's events array into its entries' bytes.
+  events(arr) {
+    const b = this.output(this.call("lg_events", this.write(arr)));
+    const v = new DataView(b.buffer);
+    const out = [];
+    for (let off = 0; off < b.length; ) {
+      const n = v.getUint32(off, true);
+      out.push(b.subarray(off + 4, off + 4 + n));
+      off += 4 + n;
+    }
+    return out;
+  }
+
+  // append returns the stored hashes to add with entry i.
+  append(i, entry) {
+    return split(this.output(this.call("lg_append", BigInt(i), this.write(entry))));
+  }
+
+  checkpoint(size, origin, signer) {
+    const o = enc.encode(origin);
+    const s = enc.encode(signer);
+    this.write(o, s);
+    return this.output(this.call("lg_checkpoint", BigInt(size), o.length, s.length));
+  }
+
+  inclusion(size, i) {
+    return split(this.output(this.call("lg_inclusion", BigInt(size), BigInt(i))));
+  }
+
+  consistency(size, m) {
+    return split(this.output(this.call("lg_consistency", BigInt(size), BigInt(m))));
+  }
+
+  receipt(i, size, signedCheckpoint, entry) {
+    this.write(signedCheckpoint, entry);
+    return this.output(this.call("lg_receipt", BigInt(i), BigInt(size), signedCheckpoint.length, entry.length));
+  }
+
+  keygen(origin) {
+    const [signer, verifier] = dec.decode(this.output(this.call("lg_keygen", this.write(enc.encode(origin))))).split("\n");
+    return { signer, verifier };
+  }
+}
+
+function split(b) {
+  const out = [];
+  for (let off = 0; off < b.length; off += 32) out.push(b.slice(off, off + 32));
+  return out;
+}
+
+// seal and unseal keep a workspace's signing key encrypted in its storage
+// (AES-256-GCM under SHA-256 of the LEASEPLANE_LEDGER_SECRET binding, the
+// origin as associated data).
+async function aesKey(secret) {
+  const raw = await crypto.subtle.digest("SHA-256", enc.encode(secret));
+  return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
+}
+
+const b64 = (u8) => btoa(String.fromCharCode(...u8));
+const unb64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+
+export async function seal(secret, origin, signer) {
+  const iv = crypto.getRandomValues(new Uint8Array(12));
+  const ct = await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: enc.encode(origin) }, await aesKey(secret), enc.encode(signer));
+  return `v1:${b64(iv)}:${b64(new Uint8Array(ct))}`;
+}
+
+export async function unseal(secret, origin, sealed) {
+  const [v, iv, ct] = sealed.split(":");
+  if (v !== "v1") throw new Error("the sealed signing key has an unknown form");
+  try {
+    const pt = await crypto.subtle.decrypt({ name: "AES-GCM", iv: unb64(iv), additionalData: enc.encode(origin) }, await aesKey(secret), unb64(ct));
+    return dec.decode(pt);
+  } catch {
+    throw new Error("the signing key does not open with LEASEPLANE_LEDGER_SECRET (was the secret changed?)");
+  }
+}

@@ -1,0 +1,206 @@
+//go:build wasip1
+
+// Command ledger is kernel/ledger built as a GOOS=wasip1 reactor for the
+// Workers tier's Durable Object (cmd/worker/workspace.mjs): the object keeps
+// the entries and the stored tree hashes in its SQLite storage, and this
+// module does every hash, proof and signature with the same Go code as the
+// server, so there is no Merkle math in JavaScript.
+//
+// The kernel's own reactor (wasm/wasip1) stays as the server runs it; the
+// ledger is a module of its own because the object needs it beside the
+// kernel, not in it, and the server's build has no use for it.
+//
+// # ABI
+//
+// As in wasm/wasip1: _initialize first; the host writes inputs into the
+// buffer lg_buffer returns; a u64 result packs ptr<<32|len of bytes valid
+// until the next call, bit 63 flagging an error message. Import:
+//
+//	leaseplane.read_hashes(indexes *i64, n u32, out *[32]byte) u32
+//	    the host writes the n stored hashes named by indexes to out;
+//	    0 when it did, 1 when one is missing
+//
+// Exports:
+//
+//	lg_buffer(size u32) u32                    input buffer of ≥ size bytes
+//	lg_events(n u32) u64                       the events array in input[0:n],
+//	                                           split: per element a u32 length
+//	                                           and its bytes, exactly as given
+//	lg_append(i i64, n u32) u64                the stored hashes (32 bytes each)
+//	                                           to add with entry i = input[0:n]
+//	lg_checkpoint(size i64, o u32, s u32) u64  the checkpoint of the first size
+//	                                           entries with origin input[0:o],
+//	                                           signed with key input[o:o+s]
+//	lg_inclusion(size i64, i i64) u64          proof hashes, 32 bytes each
+//	lg_consistency(size i64, m i64) u64        proof hashes, 32 bytes each
+//	lg_receipt(i i64, size i64, c u32, e u32) u64
+//	                                           the tlog-proof@v1 receipt of entry
+//	                                           i = input[c:c+e] under the signed
+//	                                           checkpoint input[0:c] of size size
+//	lg_keygen(o u32) u64                       "signer\nverifier" for origin
+//	                                           input[0:o] (randomness: WASI)
+package main
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"unsafe"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/ledger"
+)
+
+func main() {}
+
+const errFlag = 1 << 63
+
+var (
+	input []byte
+	out   []byte
+)
+
+//go:wasmimport leaseplane read_hashes
+func readHashes(indexes unsafe.Pointer, n uint32, out unsafe.Pointer) uint32
+
+// hostHashes reads stored hashes from the object's storage.
+type hostHashes struct{}
+
+func (hostHashes) ReadHashes(indexes []int64) ([]ledger.Hash, error) {
+	hs := make([]ledger.Hash, len(indexes))
+	if len(indexes) == 0 {
+		return hs, nil
+	}
+	if readHashes(unsafe.Pointer(&indexes[0]), uint32(len(indexes)), unsafe.Pointer(&hs[0])) != 0 {
+		return nil, errors.New("a stored hash is missing from the object's storage")
+	}
+	return hs, nil
+}
+
+func region(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(&b[0])))<<32 | uint64(len(b))
+}
+
+func result(b []byte, err error) uint64 {
+	if err != nil {
+		out = []byte(err.Error())
+		return region(out) | errFlag
+	}
+	out = b
+	if len(out) == 0 {
+		return 0
+	}
+	return region(out)
+}
+
+func in(a, b uint32) ([]byte, error) {
+	if uint64(a)+uint64(b) > uint64(len(input)) {
+		return nil, errors.New("lengths beyond the input buffer")
+	}
+	return input[a : a+b], nil
+}
+
+func hashes(hs []ledger.Hash, err error) uint64 {
+	if err != nil {
+		return result(nil, err)
+	}
+	b := make([]byte, 0, 32*len(hs))
+	for _, h := range hs {
+		b = append(b, h[:]...)
+	}
+	return result(b, nil)
+}
+
+//go:wasmexport lg_buffer
+func buffer(size uint32) uint32 {
+	if int(size) > cap(input) || input == nil {
+		input = make([]byte, max(int(size), 4096))
+	}
+	input = input[:cap(input)]
+	return uint32(uintptr(unsafe.Pointer(&input[0])))
+}
+
+//go:wasmexport lg_events
+func events(n uint32) uint64 {
+	b, err := in(0, n)
+	if err != nil {
+		return result(nil, err)
+	}
+	var o []byte
+	err = kernel.ScanArray(b, func(elem []byte) error {
+		o = binary.LittleEndian.AppendUint32(o, uint32(len(elem)))
+		o = append(o, elem...)
+		return nil
+	})
+	return result(o, err)
+}
+
+//go:wasmexport lg_append
+func appendEntry(i int64, n uint32) uint64 {
+	b, err := in(0, n)
+	if err != nil {
+		return result(nil, err)
+	}
+	return hashes(ledger.StoredHashes(i, b, hostHashes{}))
+}
+
+//go:wasmexport lg_checkpoint
+func checkpoint(size int64, o, s uint32) uint64 {
+	origin, err := in(0, o)
+	if err != nil {
+		return result(nil, err)
+	}
+	signer, err := in(o, s)
+	if err != nil {
+		return result(nil, err)
+	}
+	root, err := ledger.TreeHash(size, hostHashes{})
+	if err != nil {
+		return result(nil, err)
+	}
+	return result(ledger.Sign(ledger.Checkpoint{Origin: string(origin), Size: size, Root: root}, string(signer)))
+}
+
+//go:wasmexport lg_inclusion
+func inclusion(size, i int64) uint64 {
+	return hashes(ledger.ProveInclusion(size, i, hostHashes{}))
+}
+
+//go:wasmexport lg_consistency
+func consistency(size, m int64) uint64 {
+	return hashes(ledger.ProveConsistency(size, m, hostHashes{}))
+}
+
+//go:wasmexport lg_receipt
+func receipt(i, size int64, c, e uint32) uint64 {
+	ckpt, err := in(0, c)
+	if err != nil {
+		return result(nil, err)
+	}
+	entry, err := in(c, e)
+	if err != nil {
+		return result(nil, err)
+	}
+	proof, err := ledger.ProveInclusion(size, i, hostHashes{})
+	if err != nil {
+		return result(nil, err)
+	}
+	r := ledger.Receipt{Index: i, Proof: proof, Checkpoint: ckpt, Entry: entry}
+	return result(r.Marshal(), nil)
+}
+
+//go:wasmexport lg_keygen
+func keygen(o uint32) uint64 {
+	origin, err := in(0, o)
+	if err != nil {
+		return result(nil, err)
+	}
+	signer, verifier, err := ledger.GenerateKey(rand.Reader, string(origin))
+	if err != nil {
+		return result(nil, err)
+	}
+	return result([]byte(signer+"\n"+verifier), nil)
+}

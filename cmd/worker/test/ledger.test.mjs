@@ -1,0 +1,163 @@
+// The Workers tier's ledger: every event of a workspace, in order, sealed
+// with kernel/ledger's code in the Durable Object; receipts, checkpoints,
+// the entries and consistency proofs checked offline by kernel/ledger
+// (go run ./cmd/worker/ledgercheck), before and after a restart of workerd.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { start, createWorkspace, createKey, root } from "../miniflare.mjs";
+
+const ADMIN = "admin-secret-for-ledger-tests";
+let dataDir, mf, base;
+
+before(async () => {
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "leaseplane-worker-ledger-"));
+  ({ mf, url: base } = await start({ dataDir, port: 0, adminSecret: ADMIN, testClock: true }));
+});
+
+after(async () => {
+  await mf?.dispose();
+  fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+async function post(route, key, body) {
+  const res = await fetch(base + route, { method: "POST", headers: { Authorization: `Bearer ${key}` }, body: JSON.stringify(body) });
+  return { status: res.status, json: await res.json() };
+}
+
+async function get(route, key) {
+  const res = await fetch(base + route, { headers: { Authorization: `Bearer ${key}` } });
+  return { status: res.status, type: res.headers.get("content-type"), text: await res.text() };
+}
+
+async function entries(key) {
+  const all = [];
+  for (;;) {
+    const r = await get(`/api/v1/ledger/entries?start=${all.length}&count=1000`, key);
+    assert.equal(r.status, 200, r.text);
+    const page = JSON.parse(r.text).entries;
+    if (page.length === 0) return all;
+    all.push(...page);
+  }
+}
+
+async function objectJSON(workspace, route, init) {
+  const ns = await mf.getDurableObjectNamespace("WORKSPACES");
+  const res = await ns.get(ns.idFromName(workspace)).fetch(`https://workspace${route}`, init);
+  const body = await res.json();
+  assert.equal(res.status, 200, `${route}: ${JSON.stringify(body)}`);
+  return body;
+}
+
+function ledgercheck(input) {
+  const file = path.join(dataDir, `check-${Date.now()}.json`);
+  fs.writeFileSync(file, JSON.stringify(input));
+  return execFileSync("go", ["run", "./cmd/worker/ledgercheck", file], { cwd: root, encoding: "utf8" });
+}
+
+test("grants, renewals, releases, lapses and revocations are entries in order; receipts check offline", async () => {
+  const key = await createWorkspace(base, ADMIN, "sealed");
+  const op = (await createKey(base, ADMIN, "sealed", "operator")).key;
+  const a = "did:web:l.example:agent:a", b = "did:web:l.example:agent:b", c = "did:web:l.example:agent:c";
+  const g1 = await post("/api/v1/acp/coordination/lease", key, { resource: "lock:1", actorDid: a });
+  assert.equal(g1.status, 200);
+  assert.equal((await post("/api/v1/acp/coordination/lease", key, { resource: "lock:1", actorDid: a })).status, 200); // renew
+  assert.equal((await post("/api/v1/acp/coordination/release", key, { resource: "lock:1", actorDid: a })).status, 200);
+  const g2 = await post("/api/v1/acp/coordination/lease", key, { resource: "lock:2", actorDid: b });
+  const g3 = await post("/api/v1/acp/coordination/lease", key, { resource: "lock:3", actorDid: c });
+  assert.equal((await post("/api/v1/acp/operator/suspend", op, { actorDid: c })).status, 200); // revokes lock:3
+  const first = await get("/api/v1/ledger/checkpoint", key);
+  assert.equal(first.status, 200);
+  assert.match(first.type, /^text\/plain/);
+  assert.equal(first.text.split("\n")[1], "7", `the first checkpoint covers the 7 entries so far:\n${first.text}`);
+  // lock:2 lapses by the alarm, with nobody asking.
+  const st = await objectJSON("sealed", "/test/state");
+  await objectJSON("sealed", `/test/clock?advanceMs=${g2.json.lease.expiresAtMs - st.nowMs - 200}`, { method: "POST" });
+  let es;
+  for (let i = 0; i < 200; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    es = await entries(key);
+    if (es.some((e) => e.event.type === "coordination.expire")) break;
+  }
+  const types = es.map((e) => `${e.event.type} ${e.event.resource ?? e.event.actorDid}`);
+  assert.deepEqual(types, [
+    "coordination.lease lock:1",
+    "coordination.renew lock:1",
+    "coordination.release lock:1",
+    "coordination.lease lock:2",
+    "coordination.lease lock:3",
+    `operator.suspend ${c}`,
+    "coordination.revoke lock:3",
+    "coordination.expire lock:2",
+  ]);
+  es.forEach((e, i) => {
+    assert.equal(e.index, i);
+    assert.deepEqual(JSON.parse(Buffer.from(e.data, "base64").toString("utf8")), e.event);
+  });
+
+  const verifier = (await get("/api/v1/ledger/key", key)).text.trim();
+  assert.match(verifier, /^leaseplane\/sealed\+[0-9a-f]{8}\+/);
+  const second = (await get("/api/v1/ledger/checkpoint", key)).text;
+  const receipts = [];
+  for (const g of [g1, g2, g3]) {
+    const r = await get(`/api/v1/ledger/receipt?leaseId=${g.json.lease.id}`, key);
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.text, /^c2sp\.org\/tlog-proof@v1\n/);
+    receipts.push({ leaseId: g.json.lease.id, text: r.text });
+  }
+  const cons = JSON.parse((await get("/api/v1/ledger/consistency?from=7&to=8", key)).text);
+  const proof = await get("/api/v1/ledger/proof?index=2&size=8", key);
+  assert.equal(proof.status, 200, proof.text);
+  const out = ledgercheck({
+    verifier,
+    origin: "leaseplane/sealed",
+    entries: es.map((e) => e.data),
+    checkpoints: [first.text, second],
+    receipts,
+    consistency: [cons],
+  });
+  assert.match(out, /8 entries, 2 checkpoints, 3 receipts and 1 consistency proofs hold/);
+
+  // A tampered receipt does not check.
+  const tampered = receipts[0].text.replace(/^index \d+$/m, "index 1");
+  assert.throws(() => ledgercheck({ verifier, origin: "leaseplane/sealed", entries: es.map((e) => e.data), checkpoints: [second], receipts: [{ leaseId: g1.json.lease.id, text: tampered }], consistency: [] }));
+
+  // Bad parameters are refused 400 naming them; an unknown lease is 404.
+  const bad = await get("/api/v1/ledger/proof?index=9&size=8", key);
+  assert.equal(bad.status, 400);
+  assert.equal(JSON.parse(bad.text).parameter, "index");
+  assert.equal(JSON.parse((await get("/api/v1/ledger/entries?count=0", key)).text).parameter, "count");
+  assert.equal((await get("/api/v1/ledger/receipt?leaseId=lease_nope", key)).status, 404);
+
+  // Another workspace sees only its own ledger, under its own key.
+  const other = await createWorkspace(base, ADMIN, "other");
+  assert.deepEqual(await entries(other), []);
+  const otherKey = (await get("/api/v1/ledger/key", other)).text.trim();
+  assert.notEqual(otherKey, verifier);
+  assert.equal((await get(`/api/v1/ledger/receipt?leaseId=${g1.json.lease.id}`, other)).status, 404);
+
+  // After a restart of workerd, the ledger grows from where it was and the
+  // receipts handed out before still check against the new checkpoint.
+  await mf.dispose();
+  ({ mf, url: base } = await start({ dataDir, port: 0, adminSecret: ADMIN, testClock: true }));
+  const g4 = await post("/api/v1/acp/coordination/lease", key, { resource: "lock:4", actorDid: a });
+  assert.equal(g4.status, 200);
+  const after = await entries(key);
+  assert.equal(after.length, 9);
+  assert.deepEqual(after.slice(0, 8), es);
+  const third = (await get("/api/v1/ledger/checkpoint", key)).text;
+  const r4 = (await get(`/api/v1/ledger/receipt?leaseId=${g4.json.lease.id}`, key)).text;
+  const cons2 = JSON.parse((await get("/api/v1/ledger/consistency?from=8&to=9", key)).text);
+  const out2 = ledgercheck({
+    verifier: (await get("/api/v1/ledger/key", key)).text.trim(),
+    origin: "leaseplane/sealed",
+    entries: after.map((e) => e.data),
+    checkpoints: [first.text, second, third],
+    receipts: [...receipts, { leaseId: g4.json.lease.id, text: r4 }],
+    consistency: [cons, cons2],
+  });
+  assert.match(out2, /9 entries, 3 checkpoints, 4 receipts and 2 consistency proofs hold/);
+});
