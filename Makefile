@@ -128,7 +128,7 @@ worker-dev: worker
 # scenarios, expected bytes from the native kernel) against the worker in
 # workerd, offline.
 WORKER_PARITY_N ?= 1000
-test-worker: worker
+test-worker: worker build
 	test -d node_modules/miniflare || npm ci
 	$(GO) run ./cmd/worker/paritygen -n $(WORKER_PARITY_N) -o bin/worker-parity.jsonl
 	WRANGLER_SEND_METRICS=false LEASEPLANE_WORKER_PARITY=bin/worker-parity.jsonl node --test cmd/worker/test/

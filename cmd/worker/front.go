@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -23,10 +24,12 @@ var routes = map[string]struct {
 	"/api/v1/acp/coordination/wait":    {"GET", kernel.OpWait},
 	"/api/v1/acp/operator/suspend":     {"POST", kernel.OpSuspend},
 	"/api/v1/acp/operator/resume":      {"POST", kernel.OpResume},
+	"/api/v1/acp/operator/forget":      {"POST", kernel.OpForget},
 }
 
 const routeList = "/api/v1/acp/coordination/lease, /api/v1/acp/coordination/release, " +
-	"/api/v1/acp/coordination/wait, /api/v1/acp/operator/suspend and /api/v1/acp/operator/resume"
+	"/api/v1/acp/coordination/wait, /api/v1/acp/operator/suspend, /api/v1/acp/operator/resume and " +
+	"/api/v1/acp/operator/forget"
 
 // The ledger's routes (GET /api/v1/ledger/NAME), answered by the object.
 var ledgerRoutes = map[string]bool{"key": true, "checkpoint": true, "entries": true, "proof": true, "consistency": true, "receipt": true}
@@ -67,6 +70,64 @@ func refusalActor(keyDID, asked string) reply {
 	b = append(b, `,"error":`...)
 	b = kernel.AppendQuote(b, "this key belongs to agent "+keyDID+" and may not act as "+asked)
 	return reply{status: 403, body: append(b, '}')}
+}
+
+func tooLarge() reply {
+	return refusal(413, "body_too_large", "the request body is larger than "+strconv.Itoa(maxBodyBytes)+" bytes")
+}
+
+// waitQuery turns wait's query parameters into its request body, as the
+// server does: prefix, after and limit, each at most once.
+func waitQuery(q url.Values) ([]byte, error) {
+	b := []byte{'{'}
+	for _, name := range [...]string{"prefix", "after", "limit"} {
+		vs, ok := q[name]
+		if !ok {
+			continue
+		}
+		if len(vs) != 1 {
+			return nil, errors.New("query parameter " + name + " is given more than once")
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, name)
+		b = append(b, ':')
+		if name == "limit" {
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n < 1 || n > kernel.MaxWaitLimit {
+				return nil, errors.New("query parameter limit must be an integer from 1 to " + strconv.Itoa(kernel.MaxWaitLimit))
+			}
+			b = strconv.AppendInt(b, int64(n), 10)
+		} else {
+			b = appendJSONString(b, vs[0])
+		}
+	}
+	for name := range q {
+		if name != "prefix" && name != "after" && name != "limit" {
+			return nil, errors.New("unknown query parameter " + strconv.Quote(name) + " (wait takes prefix, after and limit)")
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string the way the server writes a
+// query parameter (bytes that are not UTF-8 become U+FFFD), so that the
+// kernel sees the same body from both.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xf])
+		default:
+			b = append(b, string(r)...)
+		}
+	}
+	return append(b, '"')
 }
 
 func unavailable(what string) reply {
@@ -197,7 +258,7 @@ func authenticate(ks keyStore, key string) (keyRecord, reply, bool) {
 // command to the workspace's object.
 func admit(k keyRecord, op kernel.Op, body []byte) (reply, bool) {
 	switch op {
-	case kernel.OpSuspend, kernel.OpResume:
+	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
 		if k.role != roleOperator {
 			return refusal(403, "forbidden", string(op)+" needs an operator key; this is a "+k.role+" key"), false
 		}

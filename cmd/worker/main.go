@@ -59,10 +59,7 @@ func lease(r *http.Request, op kernel.Op) reply {
 	if !ok {
 		return refusal(401, "unauthorized", "the Authorization header must be Bearer KEY")
 	}
-	body, rep, ok := readBody(r)
-	if !ok {
-		return rep
-	}
+	// The key is checked before any of the body is read, as on the server.
 	ks, err := openKeys()
 	if err != nil {
 		return unavailable(err.Error())
@@ -70,6 +67,18 @@ func lease(r *http.Request, op kernel.Op) reply {
 	k, rep, ok := authenticate(ks, key)
 	if !ok {
 		return rep
+	}
+	if r.ContentLength > maxBodyBytes {
+		return tooLarge()
+	}
+	body, rep, ok := readBody(r)
+	if !ok {
+		return rep
+	}
+	if op == kernel.OpWait && r.URL.RawQuery != "" {
+		if body, err = waitQuery(r.URL.Query()); err != nil {
+			return refusal(400, kernel.ReasonInvalid, err.Error())
+		}
 	}
 	if rep, ok := admit(k, op, body); !ok {
 		return rep
@@ -111,7 +120,7 @@ func readBody(r *http.Request) ([]byte, reply, bool) {
 		return nil, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()), false
 	}
 	if len(body) > maxBodyBytes {
-		return nil, refusal(413, "body_too_large", "the request body is larger than "+strconv.Itoa(maxBodyBytes)+" bytes"), false
+		return nil, tooLarge(), false
 	}
 	return body, reply{}, true
 }

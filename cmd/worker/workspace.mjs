@@ -48,7 +48,7 @@ import { Kernel } from "./kernel.mjs";
 import { Ledger, seal, unseal } from "./ledger.mjs";
 
 const SNAPSHOT_EVERY = 256;
-const OPS = new Set(["acquire", "release", "wait", "suspend", "resume"]);
+const OPS = new Set(["acquire", "release", "wait", "suspend", "resume", "forget"]);
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 const EMPTY = new Uint8Array(0);

@@ -288,3 +288,21 @@ test("restarting workerd keeps every lease (snapshot plus log)", async () => {
   assert.equal(a.status, 409, a.text);
   assert.equal(a.json.holder, "did:web:a.example:agent:acme");
 });
+
+test("wait pages by query parameters; forget needs an operator key", async () => {
+  await acquire(keyA, "queue:a", "did:web:a.example:agent:qa");
+  await acquire(keyA, "queue:b", "did:web:a.example:agent:qb");
+  const page = await call(`${WAIT}?prefix=queue:&limit=1`, keyA, null, { method: "GET" });
+  assert.equal(page.status, 200, page.text);
+  assert.deepEqual(page.json.queues.map((q) => q.resource), ["queue:a"]);
+  assert.equal(page.json.next, "queue:a");
+  const bad = await call(`${WAIT}?limit=0`, keyA, null, { method: "GET" });
+  assert.equal(bad.status, 400);
+  assert.match(bad.json.error, /limit must be an integer from 1 to 1000/);
+  const forget = "/api/v1/acp/operator/forget";
+  assert.equal((await call(forget, keyA, { actorDid: "did:web:a.example:agent:qa" })).json.reason, "forbidden");
+  const op = await createKey(base, ADMIN, "acme", "operator");
+  const busy = await call(forget, op.key, { actorDid: "did:web:a.example:agent:qa" });
+  assert.equal(busy.status, 409, busy.text);
+  assert.equal(busy.json.reason, "agent_busy");
+});
