@@ -131,7 +131,7 @@ WORKER_PARITY_N ?= 1000
 test-worker: worker build
 	test -d node_modules/miniflare || npm ci
 	$(GO) run ./cmd/worker/paritygen -n $(WORKER_PARITY_N) -o bin/worker-parity.jsonl
-	WRANGLER_SEND_METRICS=false LEASEPLANE_WORKER_PARITY=bin/worker-parity.jsonl node --test cmd/worker/test/
+	WRANGLER_SEND_METRICS=false LEASEPLANE_WORKER_PARITY=bin/worker-parity.jsonl node --test --test-concurrency=1 cmd/worker/test/
 
 # bench-worker: request latency and throughput in Miniflare, through the
 # front worker and to the object directly (docs/BENCHMARKS.md).
