@@ -6,40 +6,72 @@ BIN     := bin/leaseplane
 FUZZTIME ?= 10s
 
 .PHONY: all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
-        wasm bench deps-bench check-imports generate check-generated clean worker worker-dev test-worker bench-worker
+        wasm check-wasm test-fresh bench deps-bench check-imports generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
 
-build: wasm
-	$(GO) build -o $(BIN) ./cmd/leaseplane
+# build needs Go alone: the WebAssembly kernels it embeds are committed
+# (make wasm rebuilds them). VERSION is stamped into `leaseplane version`.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
 
+build:
+	$(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN) ./cmd/leaseplane
+
+# run serves on ADDR with its state in DATA (LEASEPLANE_ADDR and
+# LEASEPLANE_DATA do the same for the binary): make run ADDR=127.0.0.1:18080 DATA=/tmp/lp
+ADDR ?= 127.0.0.1:8080
+DATA ?= ./data
 run: build
-	./$(BIN) serve --addr 127.0.0.1:8080 --data ./data
+	./$(BIN) serve --addr $(ADDR) --data $(DATA)
 
-# wasm builds the browser kernel (web/static) and the wasip1 kernel (wasm/wazero).
-# WASM_BUILD is a short hash of the kernel's sources and the Go version: it
-# changes whenever the kernel code does (leaseplane.version().build).
-WASM_BUILD = $(shell { $(GO) version; echo $(GOWASM); cat go.mod kernel/*.go kernel/scenario/*.go wasm/js/*.go; } | sha256sum | cut -c1-12)
-WASM_LDFLAGS = -s -w -X main.build=$(WASM_BUILD)
+# The WebAssembly kernels are committed, the way OPA commits opa.wasm, so
+# that `go install` and `go build` work with Go alone; check-wasm (part of
+# make test) rebuilds them and fails when the bytes differ. After any change
+# to kernel/ or wasm/: make wasm, and commit the three files.
+#
+# The bytes depend only on the sources and the toolchain: -trimpath, no
+# build id, and the toolchain pinned by go.mod's toolchain line (GOTOOLCHAIN
+# fetches it when the local Go differs).
+WASM_JS     := web/static/leaseplane.wasm
+WASM_EXEC   := web/static/wasm_exec.js
+WASM_WASIP1 := wasm/wazero/leaseplane-wasip1.wasm
+WASM_FILES  := $(WASM_JS) $(WASM_EXEC) $(WASM_WASIP1)
+WASM_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+WASM_GO = GOTOOLCHAIN=$(WASM_TOOLCHAIN) GOFLAGS=-buildvcs=false $(GO)
 # Sign-extension and saturating float-to-int instructions (every current
 # browser, Node and wazero have them): about 30% faster kernel code.
 GOWASM := satconv,signext
+# WASM_BUILD names the browser build (leaseplane.version().build): a hash of
+# the kernel's sources, the Go version and GOWASM (wasm/internal/buildhash),
+# the same on every machine.
+WASM_BUILD = $(shell $(WASM_GO) run ./wasm/internal/buildhash "$$($(WASM_GO) env GOVERSION)" $(GOWASM))
 
-# The .wasm file (and so its mtime) and the slow brotli pass are only
-# replaced when the build's bytes change.
+# build-wasm DIR writes the three files under DIR.
+define build-wasm
+	@mkdir -p $(1)/web/static $(1)/wasm/wazero
+	GOOS=js GOARCH=wasm GOWASM=$(GOWASM) $(WASM_GO) build -trimpath -ldflags='-s -w -buildid= -X main.build=$(WASM_BUILD)' -o $(1)/$(WASM_JS) ./wasm/js
+	cp "$$($(WASM_GO) env GOROOT)/lib/wasm/wasm_exec.js" $(1)/$(WASM_EXEC)
+	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(WASM_GO) build -buildmode=c-shared -trimpath -ldflags='-s -w -buildid=' -o $(1)/$(WASM_WASIP1) ./wasm/wasip1
+endef
+
 wasm:
-	@mkdir -p bin web/static wasm/wazero/run-make-wasm
-	GOOS=js GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -trimpath -ldflags='$(WASM_LDFLAGS)' -o bin/leaseplane.wasm.new ./wasm/js
-	@if cmp -s bin/leaseplane.wasm.new web/static/leaseplane.wasm && \
-	    test web/static/leaseplane.wasm.gz -nt web/static/leaseplane.wasm -a web/static/leaseplane.wasm.br -nt web/static/leaseplane.wasm; then \
-	  rm bin/leaseplane.wasm.new; echo "web/static/leaseplane.wasm: unchanged"; \
-	else \
-	  mv bin/leaseplane.wasm.new web/static/leaseplane.wasm && node wasm/js/compress.js web/static/leaseplane.wasm; \
-	fi
-	cmp -s "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js || cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" web/static/wasm_exec.js
-	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm ./wasm/wasip1
+	$(call build-wasm,.)
+	@chmod a-x $(WASM_JS)
 
-test: wasm check-generated test-go test-fuzz parity test-node test-browser test-worker
+# check-wasm rebuilds the kernels aside and compares them with the
+# committed files.
+check-wasm:
+	@rm -rf bin/wasm-check
+	$(call build-wasm,bin/wasm-check)
+	@fail=0; for f in $(WASM_FILES); do \
+	  cmp -s bin/wasm-check/$$f $$f || { echo "check-wasm: $$f is not what its sources build: run make wasm and commit"; fail=1; }; \
+	done; \
+	if git rev-parse --git-dir >/dev/null 2>&1 && test -n "$$(git status --porcelain -- $(WASM_FILES))"; then \
+	  git status --short -- $(WASM_FILES); echo "check-wasm: the built kernels are not committed: run make wasm and commit"; fail=1; \
+	fi; exit $$fail
+
+test: check-wasm check-generated test-go test-fuzz parity test-node test-browser test-worker test-fresh
 	@echo "make test: all suites passed"
 
 # test-go leaves the parity run to its own target, which prints its seed.
@@ -51,7 +83,7 @@ test-go: test-bench-tool
 # that go-redis and etcd's client stay out of the product; its tests drive
 # a real redis-server and etcd.
 BENCH_TOOL := cmd/leaseplane-bench
-test-bench-tool: wasm deps-bench
+test-bench-tool: deps-bench
 	cd $(BENCH_TOOL) && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 deps-bench:
@@ -63,16 +95,21 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./kernel
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./server
 
+# test-fresh: a fresh clone with HOME and GOPATH temporary and no Node on
+# PATH: go install ./cmd/leaseplane, make check-wasm and make run work.
+test-fresh:
+	.ci/fresh-clone
+
 # The dependency rules of DESIGN.md (also part of test-go).
 check-imports:
 	$(GO) test -count=1 -run 'TestDependencyRules|TestOnlyCmdReadsEnvironment' .
 
 # parity: corpus + >= 10,000 random scenarios through native, wazero and Node.
 # A new seed each run (printed); LEASEPLANE_PARITY_SEED=N reproduces a run.
-parity: wasm
+parity:
 	$(GO) test -count=1 -v -run '^TestParity$$' ./wasm/parity
 
-test-node: wasm
+test-node:
 	node --test wasm/js/leaseplane.test.js
 	test -d node_modules/@modelcontextprotocol/sdk || npm ci
 	node --test server/mcp/mcp.test.mjs
@@ -80,7 +117,7 @@ test-node: wasm
 # test-browser drives Debian's chromium with playwright-core through the
 # playground and the docs, served by `leaseplane serve` and as a static site,
 # and runs the docs' recipes (curl and jq, Node, Python requests) as printed.
-test-browser: wasm
+test-browser:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	{ command -v jq && command -v curl && python3 -c 'import requests'; } >/dev/null 2>&1 || \
 		(apt-get update && apt-get install -y jq curl python3 python3-requests)
@@ -97,7 +134,7 @@ check-generated: generate
 	@git diff --exit-code --stat -- web/corpus 'web/*_templ.go' || { echo "check-generated: generated files are stale: run make generate and commit them"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- web/corpus 'web/*_templ.go')" || { git status --short -- web/corpus 'web/*_templ.go'; echo "check-generated: new generated files are not committed: run make generate and commit them"; exit 1; }
 
-bench: wasm deps-bench
+bench: deps-bench
 	$(GO) test -run '^$$' -bench . -benchmem ./kernel
 # Server load: both engines against Redis (go-redis) and etcd (clientv3
 # concurrency.Mutex), three workloads (docs/BENCHMARKS.md "Server load").
@@ -108,13 +145,13 @@ bench: wasm deps-bench
 # the Durable Object (cmd/worker/*.mjs), the kernel's wasip1 build and
 # kernel/ledger's (cmd/worker/ledger).
 WORKER := bin/worker
-worker: wasm
+worker:
 	@mkdir -p bin
 	rm -rf $(WORKER)
 	$(GO) run github.com/syumai/workers/cmd/workers-assets-gen -mode=go -o $(WORKER)
 	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $(WORKER)/app.wasm ./cmd/worker
 	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $(WORKER)/ledger.wasm ./cmd/worker/ledger
-	cp wasm/wazero/run-make-wasm/leaseplane-wasip1.wasm $(WORKER)/kernel.wasm
+	cp wasm/wazero/leaseplane-wasip1.wasm $(WORKER)/kernel.wasm
 	cp cmd/worker/index.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs cmd/worker/ledger.mjs $(WORKER)/
 
 # worker-dev runs the worker in a local workerd (Miniflare) on PORT, with
@@ -140,4 +177,4 @@ bench-worker: worker
 	WRANGLER_SEND_METRICS=false node cmd/worker/bench.mjs
 
 clean:
-	rm -rf bin web/static/leaseplane.wasm web/static/wasm_exec.js web/static/leaseplane.wasm.gz web/static/leaseplane.wasm.br wasm/wazero/run-make-wasm
+	rm -rf bin

@@ -2,6 +2,8 @@ module github.com/leaseplane/leaseplane
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	github.com/a-h/templ v0.3.1100
 	github.com/google/jsonschema-go v0.4.3

@@ -23,18 +23,17 @@ var staticFS embed.FS
 // WasmFile is the name of the browser kernel in static/.
 const WasmFile = "leaseplane.wasm"
 
-// asset is one static file: its bytes, its precompressed variants and the
-// hashed name pages refer to it by.
+// asset is one static file: its bytes, its gzip variant and the hashed
+// name pages refer to it by.
 type asset struct {
 	name   string // static/ name, e.g. app.css
 	hashed string // e.g. app.3f2a9c01d4e5.css
 	hash   string
 	ctype  string
 	raw    []byte
-	br     []byte // from NAME.br in static/, when present
 
 	gzOnce sync.Once
-	gz     []byte // from NAME.gz, or made on first use
+	gz     []byte // made on first use
 }
 
 // assets indexes static/ by name and by hashed name.
@@ -86,39 +85,19 @@ func loadAssets(fsys fs.FS) (*assets, error) {
 			ct = "application/octet-stream"
 		}
 		as := &asset{name: n, hash: h, hashed: strings.TrimSuffix(n, ext) + "." + h + ext, ctype: ct, raw: raw}
-		// A stale .gz or .br beside a rebuilt file would serve old bytes.
-		// A .gz is used only when it decodes to this file (otherwise
-		// gzip is made on first use). The standard library cannot decode
-		// brotli, so a .br is trusted only beside such a .gz: make wasm
-		// writes both from the same bytes, and a file rebuilt without
-		// them fails the .gz check.
-		if gz, err := fs.ReadFile(fsys, "static/"+n+".gz"); err == nil && gunzipEquals(gz, raw) {
-			as.gz = gz
-			as.gzOnce.Do(func() {}) // already have it
-			if br, err := fs.ReadFile(fsys, "static/"+n+".br"); err == nil && len(br) > 0 {
-				as.br = br
-			}
-		}
 		a.byName[n] = as
 		a.byHashed[as.hashed] = as
 	}
 	return a, nil
 }
 
-func gunzipEquals(gz, raw []byte) bool {
-	r, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		return false
-	}
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(r); err != nil {
-		return false
-	}
-	return bytes.Equal(buf.Bytes(), raw)
-}
-
-// gzipped returns the gzip variant, compressing on first use when static/
-// has none.
+// gzipped returns the gzip variant, compressing on first use.
+//
+// static/ holds no precompressed files: the built kernel is committed, and
+// a committed .gz or .br would double every kernel change's diff and need a
+// compressor that is not Go's standard library (Go has no brotli encoder).
+// Gzip at the best level costs about 0.1 s once per process for the 2.3 MB
+// kernel, and every browser accepts it.
 func (as *asset) gzipped() []byte {
 	as.gzOnce.Do(func() {
 		var buf bytes.Buffer
@@ -230,12 +209,7 @@ func serveAsset(w http.ResponseWriter, r *http.Request, a *assets, file string) 
 		return
 	}
 	body, etag := as.raw, as.hash
-	br, gz := acceptedEncodings(r.Header.Get("Accept-Encoding"))
-	switch {
-	case br && as.br != nil:
-		h.Set("Content-Encoding", "br")
-		body, etag = as.br, as.hash+".br"
-	case gz && compressible(as.ctype):
+	if _, gz := acceptedEncodings(r.Header.Get("Accept-Encoding")); gz && compressible(as.ctype) {
 		h.Set("Content-Encoding", "gzip")
 		body, etag = as.gzipped(), as.hash+".gz"
 	}

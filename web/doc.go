@@ -1,7 +1,7 @@
 // Package web renders the playground and the docs with templ, and serves
 // them with their static assets: hand-written JavaScript and CSS, and the
-// GOOS=js kernel that `make wasm` builds into static/ (leaseplane.wasm,
-// its .gz and .br, and Go's wasm_exec.js).
+// GOOS=js kernel that `make wasm` builds into static/ (leaseplane.wasm and
+// Go's wasm_exec.js, both committed; gzip is made in memory on first use).
 //
 // The pages run the kernel in the browser: after a page has loaded it
 // makes no request. Handler serves them from the binary (the wasm chosen

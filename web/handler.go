@@ -150,8 +150,8 @@ func Handler() http.Handler {
 
 // WriteSite writes the playground and the docs as static files under dir:
 // index.html, playground/index.html, docs/index.html and static/ with
-// every asset under its hashed name (and the wasm's .gz and .br beside
-// it, for hosts that serve precompressed files). All links are relative,
+// every asset under its hashed name (and the wasm's .gz beside it, for
+// hosts that serve precompressed files). All links are relative,
 // so dir works from any static host and under any path.
 func WriteSite(dir string) error {
 	a, err := staticAssets()
@@ -198,11 +198,6 @@ func WriteSite(dir string) error {
 		if n == WasmFile {
 			if err := write("static/"+as.hashed+".gz", as.gzipped()); err != nil {
 				return err
-			}
-			if as.br != nil {
-				if err := write("static/"+as.hashed+".br", as.br); err != nil {
-					return err
-				}
 			}
 		}
 	}

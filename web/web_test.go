@@ -51,11 +51,9 @@ func gz(b []byte) []byte {
 
 func fakeStatic() fstest.MapFS {
 	return fstest.MapFS{
-		"static/leaseplane.wasm":    {Data: fakeWasm},
-		"static/leaseplane.wasm.gz": {Data: gz(fakeWasm)},
-		"static/leaseplane.wasm.br": {Data: []byte("pretend-brotli")},
-		"static/app.css":            {Data: []byte("body { color: red; }\n")},
-		"static/kernel.js":          {Data: []byte("// js\n")},
+		"static/leaseplane.wasm": {Data: fakeWasm},
+		"static/app.css":         {Data: []byte("body { color: red; }\n")},
+		"static/kernel.js":       {Data: []byte("// js\n")},
 	}
 }
 
@@ -311,10 +309,10 @@ func TestServeAsset(t *testing.T) {
 		name, path, ae, enc, cache string
 		body                       []byte
 	}{
-		{"brotli first", w.hashed, "gzip, deflate, br", "br", "public, max-age=31536000, immutable", []byte("pretend-brotli")},
+		{"gzip, also when brotli is offered", w.hashed, "gzip, deflate, br", "gzip", "public, max-age=31536000, immutable", nil},
 		{"gzip", w.hashed, "gzip", "gzip", "public, max-age=31536000, immutable", nil},
 		{"identity", w.hashed, "", "", "public, max-age=31536000, immutable", fakeWasm},
-		{"plain name revalidates", WasmFile, "br", "br", "no-cache", []byte("pretend-brotli")},
+		{"plain name revalidates", WasmFile, "br", "", "no-cache", fakeWasm},
 	} {
 		res := get(tc.path, tc.ae, "")
 		body, _ := io.ReadAll(res.Body)
@@ -336,8 +334,8 @@ func TestServeAsset(t *testing.T) {
 			t.Errorf("%s: wrong body (%d bytes)", tc.name, len(body))
 		}
 	}
-	if e := get(w.hashed, "br", "").Header.Get("ETag"); e != `"`+w.hash+`.br"` {
-		t.Errorf("brotli ETag %s, want the hash with .br", e)
+	if e := get(w.hashed, "gzip", "").Header.Get("ETag"); e != `"`+w.hash+`.gz"` {
+		t.Errorf("gzip ETag %s, want the hash with .gz", e)
 	}
 	if res := get(w.hashed, "br", `"`+w.hash+`.gz"`); res.StatusCode != http.StatusNotModified {
 		t.Errorf("If-None-Match with the hash: %d, want 304", res.StatusCode)
@@ -345,22 +343,21 @@ func TestServeAsset(t *testing.T) {
 	if res := get("leaseplane.0000.wasm", "", ""); res.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown asset: %d, want 404", res.StatusCode)
 	}
-	// A CSS file has no .gz in static/: it is gzipped on first use.
+	// A CSS file is gzipped on first use too.
 	res := get(a.byName["app.css"].hashed, "gzip", "")
 	if res.Header.Get("Content-Encoding") != "gzip" || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/css") {
 		t.Errorf("css: %q %q", res.Header.Get("Content-Encoding"), res.Header.Get("Content-Type"))
 	}
 }
 
-func TestStaleGzipIsNotServed(t *testing.T) {
+// A .gz left in static/ (by an older make wasm) is never served: gzip is
+// always made from the embedded bytes.
+func TestStrayGzipIsNotServed(t *testing.T) {
 	fs := fakeStatic()
 	fs["static/leaseplane.wasm.gz"] = &fstest.MapFile{Data: gz([]byte("an older kernel"))}
 	a, err := loadAssets(fs)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if a.byName[WasmFile].br != nil {
-		t.Error("a .br beside a stale .gz was kept: it may be stale too")
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(a.byName[WasmFile].gzipped()))
 	if err != nil {

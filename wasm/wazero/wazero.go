@@ -3,9 +3,9 @@
 // engine behind its engine seam and `leaseplane replay --engine wasm`.
 //
 // The module is compiled once per Factory (with a compilation cache: on
-// disk when Options.CacheDir is set, in memory otherwise) and embedded in
-// this package by `make wasm`; a plain `go build` without it fails on the
-// embed pattern run-make-wasm/leaseplane-wasip1.wasm, which says what to do.
+// disk when Options.CacheDir is set, in memory otherwise). It is embedded
+// from leaseplane-wasip1.wasm, which `make wasm` builds and which is
+// committed (make check-wasm fails when it is not what the sources build).
 //
 // # Lifecycle
 //
@@ -64,9 +64,9 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
-// kernelWasm is the wasip1 reactor that `make wasm` builds.
+// kernelWasm is the wasip1 reactor that `make wasm` builds (committed).
 //
-//go:embed run-make-wasm/leaseplane-wasip1.wasm
+//go:embed leaseplane-wasip1.wasm
 var kernelWasm []byte
 
 // abiVersion is the wasm/wasip1 ABI this host speaks.
