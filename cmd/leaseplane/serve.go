@@ -38,6 +38,22 @@ func init() {
 	register("serve", "run the lease plane: serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]", runServe)
 }
 
+// Defaults of serve's --addr and --data; LEASEPLANE_ADDR and LEASEPLANE_DATA
+// replace them.
+const (
+	defaultAddr = "127.0.0.1:8080"
+	defaultData = "./data"
+)
+
+// envOr is the environment variable name's value, or def when it is unset
+// or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 // serveEnv is what the process gives serve: the real clock and timers, the
 // signals that stop it. Tests give their own.
 type serveEnv struct {
@@ -57,8 +73,8 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env serveEnv) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
-	data := fs.String("data", "./data", "data folder (the SQLite database); created when missing")
+	addr := fs.String("addr", envOr("LEASEPLANE_ADDR", defaultAddr), "address to listen on (env LEASEPLANE_ADDR); port 0 picks a free one")
+	data := fs.String("data", envOr("LEASEPLANE_DATA", defaultData), "data folder (the SQLite database), created when missing (env LEASEPLANE_DATA)")
 	engine := fs.String("engine", defaultEngine, "engine to run each workspace's kernel in: native or wasm")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines instead of text")
@@ -68,11 +84,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	testFault := fs.String("test-fault", "", "for tests of the drills only: no-alarms (arm no alarm) or wrong-deadlock (answer deadlock refusals as lease_held)")
 	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
-		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
+		printFlags(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args, stdout); done {
+		return code
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "leaseplane serve: unexpected argument %q\n", fs.Arg(0))
@@ -96,6 +112,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		fmt.Fprintf(stderr, "leaseplane serve: unknown engine %q (have %s)\n", *engine, engineNames())
 		return 2
 	}
+	// Bind before anything is created: a first start that cannot listen
+	// must not make the workspace whose key it could then never show.
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			fmt.Fprintf(stderr, "leaseplane serve: %s is already in use: another process (perhaps another leaseplane) listens there; nothing was created or changed\n", *addr)
+		} else {
+			fmt.Fprintf(stderr, "leaseplane serve: cannot listen on %s: %v\n", *addr, err)
+		}
+		fmt.Fprintf(stderr, "leaseplane serve: pick another address with --addr 127.0.0.1:18080, LEASEPLANE_ADDR=127.0.0.1:18080, or make run ADDR=127.0.0.1:18080 (port 0 picks a free one)\n")
+		return 1
+	}
+	defer ln.Close()
 	factory, err := mk()
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane serve: engine %s: %v\n", *engine, err)
@@ -154,12 +183,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 			shutdown()
 			return 1
 		}
-	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "leaseplane serve: listen on %s: %v\n", *addr, err)
-		shutdown()
-		return 1
 	}
 	url := "http://" + ln.Addr().String()
 	if created {

@@ -10,8 +10,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -819,5 +821,70 @@ func BenchmarkServeCallPair(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestServePortInUse starts serve on an address another listener holds: it
+// exits 1, says how to pick another address, and creates nothing, so the
+// next start on a free address is still the first and prints the key.
+func TestServePortInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	var out, errs syncBuffer
+	code := serve(context.Background(), []string{"--addr", busy.Addr().String(), "--data", data},
+		&out, &errs, serveEnv{clock: servertest.NewClock().Now})
+	if code != 1 {
+		t.Fatalf("serve on a busy port exited %d, want 1", code)
+	}
+	for _, want := range []string{busy.Addr().String() + " is already in use", "nothing was created", "--addr", "LEASEPLANE_ADDR=", "make run ADDR="} {
+		if !strings.Contains(errs.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs.String())
+		}
+	}
+	if strings.Contains(out.String(), "LEASEPLANE_KEY") {
+		t.Errorf("a key was printed although serve never listened: %s", out.String())
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the data folder was created (%v) although serve never listened", err)
+	}
+	s := e2eStart(t, "native", data, servertest.NewClock())
+	if !strings.HasPrefix(s.key, "lp_") {
+		t.Fatalf("the start after the busy port printed no first key:\n%s", s.out)
+	}
+	expect(t, "the key works", s.lease(s.key, "lock:a", didRelease), 200, "")
+}
+
+// TestServeEnvironment: LEASEPLANE_ADDR and LEASEPLANE_DATA are serve's
+// defaults for --addr and --data.
+func TestServeEnvironment(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "fromenv")
+	t.Setenv("LEASEPLANE_ADDR", "127.0.0.1:0")
+	t.Setenv("LEASEPLANE_DATA", data)
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan int, 1)
+	var out, errs syncBuffer
+	go func() {
+		done <- serve(ctx, []string{"--log-level", "warn"}, &out, &errs,
+			serveEnv{clock: servertest.NewClock().Now, ready: func(a string) { addr <- a }})
+	}()
+	select {
+	case a := <-addr:
+		if !strings.Contains(out.String(), "serving on http://"+a) {
+			t.Errorf("stdout does not name the address it listens on (%s):\n%s", a, out.String())
+		}
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, errs.String())
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d: %s", code, errs.String())
+	}
+	if _, err := os.Stat(filepath.Join(data, "leaseplane.db")); err != nil {
+		t.Errorf("LEASEPLANE_DATA was not used: %v", err)
 	}
 }
