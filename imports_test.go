@@ -1,10 +1,11 @@
 // Package leaseplane_test holds the checks that span the whole module: the
-// dependency rules of DESIGN.md, enforced on every `make test`.
+// dependency rules of docs/ARCHITECTURE.md, enforced on every `make test`.
 package leaseplane_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,14 +21,17 @@ import (
 const module = "github.com/leaseplane/leaseplane"
 
 type pkg struct {
-	ImportPath string
-	Dir        string
-	GoFiles    []string
-	Imports    []string
+	ImportPath   string
+	Dir          string
+	GoFiles      []string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
 }
 
 // listPackages lists the module's packages for every target the project
-// builds for, so the js and wasip1 mains are checked too.
+// builds for, so the js and wasip1 mains are checked too. Keys are paths
+// relative to the module ("." for its root).
 func listPackages(t *testing.T) map[string]*pkg {
 	t.Helper()
 	out := map[string]*pkg{}
@@ -46,27 +51,27 @@ func listPackages(t *testing.T) map[string]*pkg {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			q := out[p.ImportPath]
+			me := rel(p.ImportPath)
+			q := out[me]
 			if q == nil {
 				q = &pkg{ImportPath: p.ImportPath, Dir: p.Dir}
-				out[p.ImportPath] = q
+				out[me] = q
 			}
 			q.GoFiles = union(q.GoFiles, p.GoFiles)
 			q.Imports = union(q.Imports, p.Imports)
+			q.TestImports = union(q.TestImports, append(p.TestImports, p.XTestImports...))
 		}
+	}
+	if len(out) < 3 {
+		t.Fatalf("go list found only %d packages", len(out))
 	}
 	return out
 }
 
 func union(a, b []string) []string {
-	seen := map[string]bool{}
-	for _, s := range a {
-		seen[s] = true
-	}
 	for _, s := range b {
-		if !seen[s] {
+		if !slices.Contains(a, s) {
 			a = append(a, s)
-			seen[s] = true
 		}
 	}
 	return a
@@ -84,110 +89,210 @@ func rel(path string) string {
 	return strings.TrimPrefix(path, module+"/")
 }
 
+// under reports whether package p is dir or inside it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// layers is the table of docs/ARCHITECTURE.md: for each top-level
+// directory, the module's packages its packages may import. cmd/ wires
+// everything; the module root holds only these tests.
+var layers = map[string][]string{
+	"kernel": {"kernel"},
+	"wasm":   {"kernel", "wasm/wazero"},
+	"server": {"kernel", "server"},
+	"web":    {"kernel", "web"},
+	"cmd":    {"kernel", "wasm", "server", "web", "cmd"},
+	".":      nil,
+}
+
 // homes maps each third-party library to the one package allowed to import
-// it (DESIGN.md, rule 2). A prefix matches the module and its packages.
+// it (rule 2). A library matches its module path and the packages under it.
+// The test-only libraries check the interoperability of kernel/ledger and
+// the tool schemas of server/mcp.
 var homes = map[string]string{
 	"github.com/tetratelabs/wazero":          "wasm/wazero",
 	"github.com/a-h/templ":                   "web",
 	"modernc.org/sqlite":                     "server/store",
 	"github.com/modelcontextprotocol/go-sdk": "server/mcp",
+	"github.com/google/jsonschema-go":        "server/mcp",
 	"github.com/prometheus/client_golang":    "server",
 	"github.com/syumai/workers":              "cmd/worker",
 	"golang.org/x/mod":                       "kernel/ledger",
+	"github.com/transparency-dev/formats":    "kernel/ledger",
+	"github.com/transparency-dev/merkle":     "kernel/ledger",
+}
+
+// testOnly are the libraries of homes that only tests may import.
+var testOnly = []string{"github.com/google/jsonschema-go", "github.com/transparency-dev/formats", "github.com/transparency-dev/merkle"}
+
+// kernelThirdParty is the one exception to the kernel's standard library
+// only rule: kernel/ledger may import x/mod's tlog and note, which are pure
+// Go (rule 1).
+var kernelThirdParty = map[string][]string{
+	"kernel/ledger": {"golang.org/x/mod/sumdb/tlog", "golang.org/x/mod/sumdb/note"},
 }
 
 // kernelForbidden are standard packages the kernel must not import: no
-// clock, no randomness, no I/O, no goroutine machinery (rule 1).
+// clock, no randomness, no I/O, no goroutine machinery (rule 1), and no
+// reflection, which dominates a command's cost inside WebAssembly and the
+// size of the browser build.
 var kernelForbidden = []string{"time", "math/rand", "math/rand/v2", "crypto/rand", "os", "io/fs",
 	"net", "net/http", "syscall", "sync", "sync/atomic", "runtime", "unsafe", "os/exec", "log", "log/slog", "flag",
-	// No reflection: it dominates a command's cost inside WebAssembly and
-	// the size of the browser build (DESIGN.md, known traps).
 	"encoding/json", "reflect", "fmt"}
 
-// kernelMayImport reports the one exception to the kernel's standard
-// library only rule: kernel/ledger may import x/mod's tlog and note, which
-// are pure Go (DESIGN.md rule 1).
-func kernelMayImport(me, imp string) bool {
-	return me == "kernel/ledger" && (imp == "golang.org/x/mod/sumdb/tlog" || imp == "golang.org/x/mod/sumdb/note")
+// kernelMayDraw: kernel/scenario draws seeded, reproducible scenarios for
+// tests; the kernel itself draws nothing.
+var kernelMayDraw = map[string]string{"kernel/scenario": "math/rand/v2"}
+
+func homeOf(imp string) (lib, home string) {
+	for l, h := range homes {
+		if under(imp, l) {
+			return l, h
+		}
+	}
+	return "", ""
+}
+
+func layerOf(me string) string {
+	first, _, _ := strings.Cut(me, "/")
+	return first
 }
 
 func TestDependencyRules(t *testing.T) {
 	pkgs := listPackages(t)
-	if len(pkgs) < 3 {
-		t.Fatalf("go list found only %d packages", len(pkgs))
+	for lib, home := range homes {
+		if pkgs[home] == nil {
+			t.Errorf("homes names %s as the home of %s, but the module has no package %s", home, lib, home)
+		}
 	}
-	for _, p := range pkgs {
-		me := rel(p.ImportPath)
+	for me, p := range pkgs {
+		allowed, ok := layers[layerOf(me)]
+		if !ok {
+			t.Errorf("%s is in no layer of the dependency rules: add its directory to layers (and docs/ARCHITECTURE.md)", me)
+			continue
+		}
 		for _, imp := range p.Imports {
 			switch {
 			case isStd(imp):
-				if strings.HasPrefix(me, "kernel") {
-					for _, f := range kernelForbidden {
-						// kernel/scenario draws seeded, reproducible scenarios
-						// for tests; the kernel itself draws nothing.
-						if imp == f && !(me == "kernel/scenario" && imp == "math/rand/v2") {
-							t.Errorf("%s imports %s: the kernel must not read clocks, draw randomness, do I/O or start goroutines", me, imp)
-						}
-					}
+				if under(me, "kernel") && slices.Contains(kernelForbidden, imp) && kernelMayDraw[me] != imp {
+					t.Errorf("%s imports %s: the kernel must not read clocks, draw randomness, do I/O, start goroutines or reflect", me, imp)
 				}
-				if imp == "flag" && !strings.HasPrefix(me, "cmd/") {
+				if imp == "flag" && layerOf(me) != "cmd" {
 					t.Errorf("%s imports flag: only cmd/ reads flags", me)
 				}
-			case strings.HasPrefix(imp, module):
+			case under(imp, module):
 				them := rel(imp)
-				if strings.HasPrefix(me, "kernel") && !strings.HasPrefix(them, "kernel") {
-					t.Errorf("%s imports %s: the kernel imports only the standard library", me, them)
+				if layerOf(me) != "cmd" && !slices.ContainsFunc(allowed, func(dir string) bool { return under(them, dir) }) {
+					t.Errorf("%s imports %s: %s/ may import only %v of the module", me, them, layerOf(me), allowed)
 				}
-				if them == "wasm/wazero" && !strings.HasPrefix(me, "cmd/") && !strings.HasPrefix(me, "wasm/") {
-					t.Errorf("%s imports wasm/wazero: only cmd/ wires engines; the server sees kernel.Factory (rule 3)", me)
-				}
-				if (me == "server" || strings.HasPrefix(me, "server/")) && strings.HasPrefix(them, "web") {
-					t.Errorf("%s imports %s: the server does not depend on the pages", me, them)
+				if them == "wasm/wazero" && layerOf(me) == "wasm" && me != "wasm/parity" {
+					t.Errorf("%s imports wasm/wazero: only cmd/ wires engines", me)
 				}
 			default:
-				home := ""
-				for lib, h := range homes {
-					if imp == lib || strings.HasPrefix(imp, lib+"/") {
-						home = h
-					}
-				}
-				if strings.HasPrefix(me, "kernel") && !kernelMayImport(me, imp) {
+				if under(me, "kernel") && !slices.Contains(kernelThirdParty[me], imp) {
 					t.Errorf("%s imports %s: the kernel imports only the standard library", me, imp)
-				} else if home == "" {
-					t.Errorf("%s imports %s, which has no home package in the dependency rules: add it to homes (DESIGN.md rule 2)", me, imp)
-				} else if me != home && !strings.HasPrefix(me, home+"/") {
-					t.Errorf("%s imports %s, whose one home is %s (DESIGN.md rule 2)", me, imp, home)
+					continue
 				}
+				lib, home := homeOf(imp)
+				switch {
+				case home == "":
+					t.Errorf("%s imports %s, which has no home package: add it to homes (rule 2)", me, imp)
+				case !under(me, home):
+					t.Errorf("%s imports %s, whose one home is %s (rule 2)", me, imp, home)
+				case slices.Contains(testOnly, lib):
+					t.Errorf("%s imports %s, which only its tests may import", me, imp)
+				}
+			}
+		}
+		for _, imp := range p.TestImports {
+			if isStd(imp) || under(imp, module) {
+				continue
+			}
+			if _, home := homeOf(imp); home == "" {
+				t.Errorf("tests of %s import %s, which has no home package: add it to homes (rule 2)", me, imp)
+			} else if !under(me, home) {
+				t.Errorf("tests of %s import %s, whose one home is %s (rule 2)", me, imp, home)
 			}
 		}
 	}
 }
 
-// TestOnlyCmdReadsEnvironment looks for os.Getenv, os.LookupEnv and
-// os.Environ outside cmd/ in non-test code (rule 4).
-func TestOnlyCmdReadsEnvironment(t *testing.T) {
-	pkgs := listPackages(t)
+// generators are commands that `go generate` runs at build time; like
+// cmd/, they may read their arguments.
+var generators = []string{"web/internal/corpusgen"}
+
+// sourceFiles parses the non-test Go files of every package outside cmd/
+// and the generators, and calls f with each package, file name and syntax
+// tree.
+func sourceFiles(t *testing.T, f func(me, name string, file *ast.File)) {
+	t.Helper()
 	fset := token.NewFileSet()
-	for _, p := range pkgs {
-		me := rel(p.ImportPath)
-		if strings.HasPrefix(me, "cmd/") {
+	for me, p := range listPackages(t) {
+		if layerOf(me) == "cmd" || slices.Contains(generators, me) {
 			continue
 		}
-		for _, f := range p.GoFiles {
-			src, err := os.ReadFile(filepath.Join(p.Dir, f))
+		for _, name := range p.GoFiles {
+			file, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%s/%s: %v", me, name, err)
 			}
-			if _, err := parser.ParseFile(fset, f, src, parser.SkipObjectResolution); err != nil {
-				t.Fatalf("%s/%s: %v", me, f, err)
-			}
-			for _, call := range []string{"os.Getenv(", "os.LookupEnv(", "os.Environ("} {
-				if bytes.Contains(src, []byte(call)) {
-					t.Errorf("%s/%s calls %s...): only cmd/ reads the environment", me, f, strings.TrimSuffix(call, "("))
-				}
+			f(me, name, file)
+		}
+	}
+}
+
+// uses calls f with every pkg.Name selector in file, where pkg is the name
+// file gives the import path.
+func uses(file *ast.File, path string, f func(name string)) {
+	local := ""
+	for _, imp := range file.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == path {
+			local = path[strings.LastIndex(path, "/")+1:]
+			if imp.Name != nil {
+				local = imp.Name.Name
 			}
 		}
 	}
+	if local == "" {
+		return
+	}
+	ast.Inspect(file, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == local {
+				f(sel.Sel.Name)
+			}
+		}
+		return true
+	})
+}
+
+// TestOnlyCmdReadsEnvironment looks for the process's environment and
+// arguments outside cmd/ in non-test code (rule 4).
+func TestOnlyCmdReadsEnvironment(t *testing.T) {
+	sourceFiles(t, func(me, name string, file *ast.File) {
+		uses(file, "os", func(sel string) {
+			switch sel {
+			case "Getenv", "LookupEnv", "Environ", "Args":
+				t.Errorf("%s/%s uses os.%s: only cmd/ reads the environment and arguments", me, name, sel)
+			}
+		})
+	})
+}
+
+// TestServerSeesKernelThroughEngine checks rule 3: the server makes
+// machines only through the kernel.Factory it is given, never a Machine of
+// its own, so the native and wasm engines run the same server code.
+func TestServerSeesKernelThroughEngine(t *testing.T) {
+	sourceFiles(t, func(me, name string, file *ast.File) {
+		if layerOf(me) != "server" {
+			return
+		}
+		uses(file, module+"/kernel", func(sel string) {
+			switch sel {
+			case "Machine", "New", "Restore", "Native":
+				t.Errorf("%s/%s uses kernel.%s: the server sees the kernel only through its Config.Engine (kernel.Factory)", me, name, sel)
+			}
+		})
+	})
 }
 
 // peerClients are the client libraries of the peers that the load tool
