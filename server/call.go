@@ -143,17 +143,17 @@ func refusal(status int, reason, msg string) reply {
 	b := append([]byte(nil), `{"ok":false,"reason":"`...)
 	b = append(b, reason...)
 	b = append(b, `","error":`...)
-	b = appendJSONString(b, msg)
+	b = kernel.AppendQuote(b, msg)
 	return reply{status: status, answer: append(b, '}')}
 }
 
 func refusalActor(keyDID, asked string) reply {
 	b := append([]byte(nil), `{"ok":false,"reason":"actor_mismatch","keyActorDid":`...)
-	b = appendJSONString(b, keyDID)
+	b = kernel.AppendQuote(b, keyDID)
 	b = append(b, `,"actorDid":`...)
-	b = appendJSONString(b, asked)
+	b = kernel.AppendQuote(b, asked)
 	b = append(b, `,"error":`...)
-	b = appendJSONString(b, "this key belongs to agent "+keyDID+" and may not act as "+asked)
+	b = kernel.AppendQuote(b, "this key belongs to agent "+keyDID+" and may not act as "+asked)
 	return reply{status: 403, answer: append(b, '}')}
 }
 
@@ -165,25 +165,6 @@ func unavailable(err error) reply {
 	r := refusal(503, ReasonUnavailable, msg)
 	r.retryAfter = 1
 	return r
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b = append(b, '\\', byte(r))
-		case r < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xf])
-		case r == 0xFFFD:
-			b = append(b, "\ufffd"...)
-		default:
-			b = append(b, string(r)...)
-		}
-	}
-	return append(b, '"')
 }
 
 // Authenticate checks key as every route does before it reads a request:

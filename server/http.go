@@ -176,9 +176,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := append([]byte(nil), `{"ok":true,"engine":`...)
-	b = appendJSONString(b, s.engine.Name())
+	b = kernel.AppendQuote(b, s.engine.Name())
 	b = append(b, `,"kernel":`...)
-	b = appendJSONString(b, kernel.Version)
+	b = kernel.AppendQuote(b, kernel.Version)
 	b = append(b, `,"workspaces":`...)
 	b = strconv.AppendInt(b, int64(n), 10)
 	writeReply(w, reply{status: 200, answer: append(b, '}')})

@@ -1,7 +1,8 @@
-// Package server is the lease plane's HTTP host: the REST routes of SPEC.md,
-// API keys and workspaces, one kernel machine per workspace with its alarm,
-// durable state through server/store (a command log with group commit and
-// snapshots), the events sink, Prometheus metrics and health.
+// Package server is the lease plane's HTTP host: the REST routes (listed
+// in docs/SERVER.md), API keys and workspaces, one kernel machine per
+// workspace with its alarm, durable state through server/store (a command
+// log with group commit and snapshots), the events sink, Prometheus metrics
+// and health.
 //
 // # The request path
 //

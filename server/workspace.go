@@ -41,7 +41,8 @@ type workspace struct {
 
 func (ws *workspace) needsReload() bool { return ws.eng == nil || ws.loaded != ws.gen.Load() }
 
-// errUnavailable is the cause behind a 503 that is not the store's own.
+// errShutdown is why the server answers 503 (commands and health alike)
+// once it has begun to shut down.
 var errShutdown = errors.New("the server is shutting down")
 
 // workspace returns the loaded workspace with this id, loading it (and

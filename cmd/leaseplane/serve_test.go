@@ -200,9 +200,9 @@ const (
 	didCost    = "did:web:acme.example:agent:cost"
 )
 
-// TestServeHTTPRows covers every HTTP row of SPEC.md against the real
-// serve, per engine. (503 on a failing disk write is in server's
-// TestCommitFailure, which can inject the failure.)
+// TestServeHTTPRows covers every route and status of docs/SERVER.md
+// against the real serve, per engine. (503 on a failing disk write is in
+// server's TestCommitFailure, which can inject the failure.)
 func TestServeHTTPRows(t *testing.T) {
 	for _, engine := range engineList() {
 		t.Run(engine, func(t *testing.T) {

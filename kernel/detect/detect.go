@@ -1,9 +1,9 @@
 // Package detect owns the detectors that read a workspace's record of
-// events for things the plane promised would never happen (SPEC.md,
-// "Detection and drills"). It is pure: it takes entries (an index and the
-// event's canonical JSON bytes) and gives findings; where the entries come
-// from (a live ledger, an exported bundle, a JSON-lines file of two planes'
-// merged events) is the caller's business.
+// events for things the plane promised would never happen: two conflicting
+// leases alive at once, a fence that does not rise. It is pure: it takes
+// entries (an index and the event's canonical JSON bytes) and gives
+// findings; where the entries come from (a live ledger, an exported bundle,
+// a JSON-lines file of two planes' merged events) is the caller's business.
 //
 // The one detector today is lease-overlap. It rebuilds every lease's life
 // from the events and reports:

@@ -16,7 +16,7 @@
 // entry's parsed "event" must be exactly its "data". So no two different
 // receipts or bundles verify as the same thing.
 //
-// The package imports x/mod's tlog and note (DESIGN.md rule 1 allows them
-// here) and, for reading bundles, the kernel's own strict JSON reader: no
-// encoding/json, no fmt, so that the browser build stays small.
+// The package imports x/mod's tlog and note (rule 1 of docs/ARCHITECTURE.md
+// allows them here) and, for reading bundles, the kernel's own strict JSON
+// reader: no encoding/json, no fmt, so that the browser build stays small.
 package ledger

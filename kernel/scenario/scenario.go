@@ -1,7 +1,7 @@
 // Package scenario replays scenarios (rules plus timed steps) through any
 // kernel engine and writes transcripts, the one format that drives the
 // playground, the docs' live examples, the test corpus and every parity
-// check (SPEC.md, "Scenarios and transcripts").
+// check.
 //
 // The transcript layout is fixed so that every host prints the same bytes:
 //

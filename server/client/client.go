@@ -1,5 +1,5 @@
-// Package client is a small typed Go client of the lease plane's REST API
-// (SPEC.md "HTTP"): acquire, release and wait, authenticated with a
+// Package client is a small typed Go client of the lease plane's REST API:
+// acquire, release and wait, authenticated with a
 // workspace or agent key sent as a Bearer token.
 //
 // Call is the raw seam (the MCP server wraps it): it sends one operation's
@@ -26,7 +26,7 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
-// Route paths of SPEC.md "HTTP".
+// Route paths of the REST API.
 const (
 	PathLease   = "/api/v1/acp/coordination/lease"
 	PathRelease = "/api/v1/acp/coordination/release"

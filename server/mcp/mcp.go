@@ -14,7 +14,7 @@
 // failed.
 //
 // This package is the only home of github.com/modelcontextprotocol/go-sdk
-// (DESIGN.md rule 2): nothing in its API exposes SDK types.
+// (rule 2 of docs/ARCHITECTURE.md): nothing in its API exposes SDK types.
 package mcp
 
 import (

@@ -1,6 +1,6 @@
 // Package store is the lease plane's durable state in SQLite, through
 // modernc.org/sqlite (pure Go, nothing to install). It is the only package
-// that imports the SQLite driver (DESIGN.md rule 2).
+// that imports the SQLite driver (rule 2 of docs/ARCHITECTURE.md).
 //
 // The database file DIR/leaseplane.db, in WAL mode with synchronous=FULL
 // (a commit is on disk when Commit returns), holds:
