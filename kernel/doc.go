@@ -3,7 +3,7 @@
 // It is the only place where lease decisions are made. Every host (the
 // native server and CLI, the GOOS=js build in browsers, the GOOS=wasip1
 // build under wazero) feeds it the same commands and must print the same
-// bytes; SPEC.md in the project's shared folder is the contract.
+// bytes; docs/SEMANTICS.md says what those bytes are.
 //
 // The kernel imports only the standard library. It never reads a clock
 // (every command carries nowMs from the host), draws no randomness, does no
