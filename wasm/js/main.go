@@ -17,9 +17,8 @@
 // A Machine has step(stepJson) -> string ({"answer":...,"events":[...]},
 // the same bytes as kernel.Result's Answer and Events), trust() -> string,
 // snapshot() -> string, nextAlarm() -> number|null and close(). After
-// close every method throws. There is no restore from a snapshot here:
-// kernel.Restore decodes with encoding/json, whose reflection would add
-// about 170 KB of brotli to the build; a page can replay its steps instead.
+// close every method throws. There is no restore from a snapshot here: no
+// page needs one, since a page can replay its steps.
 //
 // Go functions cannot throw into JavaScript, so each throwing method is a
 // Go function that returns either its result or an {error: message}

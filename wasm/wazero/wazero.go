@@ -22,27 +22,19 @@
 //
 // Close drops the Machine (lp_reset) and keeps the instance in a small
 // idle pool (Options.MaxIdle, default 2 × GOMAXPROCS) for the next New or
-// Restore. Measured on the project's 2-core machine under load
-// (docs/BENCHMARKS.md, "WebAssembly"):
-//
-//   - starting a fresh instance (the Go runtime's start-up) costs 8.5–9.6
-//     ms and 3.4 MB of linear memory; taking a pooled one and starting a
-//     machine in it costs 13–33 µs;
-//   - a command costs 20–54 µs under wazero against 2 µs natively;
-//   - restoring a 464-byte snapshot costs 0.35–0.8 ms in wasm
-//     (kernel.Restore decodes with encoding/json), 20–57 µs natively.
+// Restore: starting a fresh instance means starting the Go runtime inside
+// it, which costs far more than starting a machine in a pooled one.
 //
 // So one instance per open workspace, not a shared pool that swaps
 // Machines in and out per command: a swap is a Snapshot plus a Restore,
-// some 15–30 commands' worth. Memory is the limit instead (3.4 MB per open
-// workspace), so a host with many idle workspaces should hibernate them:
-// Snapshot, Close (the instance returns to the pool) and Restore on the
-// next command, which pays under a millisecond once instead of holding
-// memory forever.
+// the cost of many commands. Memory is the limit instead (every instance
+// has its own linear memory), so a host with many idle workspaces should
+// hibernate them: Snapshot, Close (the instance returns to the pool) and
+// Restore on the next command.
 //
-// Compiling the 3.5 MB module takes seconds (1.8–8.8 s on 2 busy cores,
-// with one compilation worker per core); with Options.CacheDir a later
-// process loads the compiled code in 0.16–0.4 s.
+// Compiling the module is slow; with Options.CacheDir a later process
+// loads the compiled code instead. docs/BENCHMARKS.md ("WebAssembly")
+// measures all of these.
 //
 // The ABI is documented in wasm/wasip1's package doc.
 package wazero
@@ -121,7 +113,7 @@ func NewFactory(ctx context.Context, opts Options) (*Factory, error) {
 		f.Close(ctx)
 		return nil, fmt.Errorf("wasm engine: WASI: %w", err)
 	}
-	// Compile functions on every core: the module is 3.5 MB of code.
+	// Compile functions on every core: the module is large.
 	compiled, err := rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), kernelWasm)
 	if err != nil {
 		f.Close(ctx)
