@@ -12,40 +12,6 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
-// BenchmarkCallPair is one acquire and one release through Call, the
-// durable path every REST and MCP request takes after HTTP parsing: key
-// check, the native kernel, group commit to SQLite with fsync. 64
-// goroutines run at once, each on its own resource, so commits are shared.
-func BenchmarkCallPair(b *testing.B) {
-	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	key, _, err := s.Bootstrap("bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var next atomic.Int64
-	b.SetParallelism(32) // × GOMAXPROCS 2 = 64 goroutines
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := next.Add(1)
-		body := []byte(fmt.Sprintf(`{"resource":"lock:bench/%d","actorDid":"did:example:bench%d"}`, i, i))
-		ctx := context.Background()
-		for pb.Next() {
-			if st, a, _ := s.Call(ctx, key, kernel.OpAcquire, body); st != 200 {
-				b.Fatalf("acquire: %d %s", st, a)
-			}
-			if st, a, _ := s.Call(ctx, key, kernel.OpRelease, body); st != 200 {
-				b.Fatalf("release: %d %s", st, a)
-			}
-		}
-	})
-	b.StopTimer()
-	reportCommits(b, s)
-}
-
 // reportCommits adds commands per commit and time per commit to the
 // benchmark's output.
 func reportCommits(b *testing.B, s *Server) {
@@ -65,9 +31,12 @@ func reportCommits(b *testing.B, s *Server) {
 	}
 }
 
-// BenchmarkHandlerPair is BenchmarkCallPair through the HTTP handler
-// (request parsing excluded: the requests are built beforehand), for the
-// handler's own cost and allocations.
+// BenchmarkHandlerPair is one acquire and one release through the HTTP
+// handler (request parsing excluded: the requests are built beforehand):
+// key check, the native kernel, group commit to SQLite with fsync, and the
+// handler's own cost and allocations. 64 goroutines run at once, each on
+// its own resource, so commits are shared. (cmd/leaseplane's
+// BenchmarkServeCallPair measures Call alone, per engine.)
 func BenchmarkHandlerPair(b *testing.B) {
 	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
-// ServerLinks are the URLs of the pages as Routes serves them.
+// ServerLinks are the URLs of the pages as Handler serves them.
 var ServerLinks = Links{Static: "/static/", Playground: "/playground", Docs: "/docs", Home: "/playground"}
 
 // siteLinks are relative URLs for pages written to DIR/playground/ and
@@ -117,35 +117,19 @@ func SetSecurityHeaders(h http.Header) {
 	h.Set("X-Content-Type-Options", "nosniff")
 }
 
-// secure serves h with SetSecurityHeaders.
-func secure(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		SetSecurityHeaders(w.Header())
-		h.ServeHTTP(w, r)
-	})
-}
-
-// Routes are the patterns and handlers of the pages and their static
-// files, for an http.ServeMux (Go 1.22 patterns); every answer carries
-// SetSecurityHeaders.
-func Routes() map[string]http.Handler {
-	return map[string]http.Handler{
-		"GET /playground": secure(pageHandler(RenderPlayground)),
-		"GET /docs":       secure(pageHandler(RenderDocs)),
-		"GET /static/":    secure(http.HandlerFunc(staticHandler)),
-	}
-}
-
-// Handler serves Routes, and redirects / to the playground.
+// Handler serves the pages and their static files, and redirects / to
+// the playground; every answer carries SetSecurityHeaders. leaseplane
+// serve mounts it at / beside the API.
 func Handler() http.Handler {
 	mux := http.NewServeMux()
-	for p, h := range Routes() {
-		mux.Handle(p, h)
-	}
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, ServerLinks.Playground, http.StatusFound)
+	mux.Handle("GET /playground", pageHandler(RenderPlayground))
+	mux.Handle("GET /docs", pageHandler(RenderDocs))
+	mux.HandleFunc("GET /static/", staticHandler)
+	mux.Handle("GET /{$}", http.RedirectHandler(ServerLinks.Playground, http.StatusFound))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		SetSecurityHeaders(w.Header())
+		mux.ServeHTTP(w, r)
 	})
-	return secure(mux)
 }
 
 // WriteSite writes the playground and the docs as static files under dir:

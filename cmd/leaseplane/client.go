@@ -36,12 +36,6 @@ const defaultURL = "http://127.0.0.1:8080"
 // requestTimeout bounds one HTTP exchange of the client verbs.
 const requestTimeout = 30 * time.Second
 
-func init() {
-	register("lease", "acquire or renew a lease: lease RESOURCE --as DID [--mode read|write|delete]", runLease)
-	register("release", "release a lease: release RESOURCE --as DID [--lease ID]", runRelease)
-	register("wait", "print the queues and recent deadlocks of the workspace", runWait)
-}
-
 // planeClient builds a client from LEASEPLANE_URL and LEASEPLANE_KEY.
 func planeClient() *client.Client {
 	url := os.Getenv("LEASEPLANE_URL")

@@ -19,10 +19,6 @@ const (
 	exitDetectUnreadable = 2 // usage, or input that cannot be read or parsed
 )
 
-func init() {
-	register("detect", "find leases that should never have coexisted: detect --events FILE", runDetect)
-}
-
 func runDetect(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
 	fs.SetOutput(stderr)

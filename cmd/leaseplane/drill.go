@@ -13,10 +13,6 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
-func init() {
-	register("drill", "run the six drills against the plane: drill [--wait] (operator key)", runDrill)
-}
-
 // drillRun is a run as GET /api/v1/drills/runs shows it.
 type drillRun struct {
 	ID           string `json:"id"`

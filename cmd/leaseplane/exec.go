@@ -17,10 +17,6 @@ import (
 	"github.com/leaseplane/leaseplane/server/client"
 )
 
-func init() {
-	register("exec", "run a command while holding a lease: exec RESOURCE --as DID [--timeout DUR] -- CMD ARGS...", runExec)
-}
-
 // The clock and signals of exec; tests replace them to drive renewal and
 // signal forwarding without real waits.
 var (

@@ -14,10 +14,6 @@ import (
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-func init() {
-	register("keys", "manage API keys: keys create|list|revoke --data DIR ...", runKeys)
-}
-
 const keysUsage = `usage:
   leaseplane keys create --data DIR --workspace NAME [--agent DID | --operator] [--rules JSON]
   leaseplane keys list   --data DIR [--workspace NAME]

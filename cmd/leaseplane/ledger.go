@@ -22,11 +22,6 @@ import (
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-func init() {
-	register("ledger", "the signed ledger: ledger key | export | watch (see ledger -h)", runLedger)
-	register("verify", "check a receipt or a ledger bundle offline: verify --key VKEY FILE", runVerify)
-}
-
 const ledgerHelp = `usage: leaseplane ledger VERB [FLAGS]
 
   key    --data DIR --workspace W     print the workspace's verifier key (made with the workspace)

@@ -26,11 +26,6 @@ const defaultPlaneURL = "http://127.0.0.1:8080"
 // MCPPath is where leaseplane serve answers MCP's streamable HTTP.
 const MCPPath = "/mcp"
 
-func init() {
-	register("mcp", "serve the lease tools to an MCP client on stdio, forwarding to a running plane ($LEASEPLANE_URL, $LEASEPLANE_KEY)", runMCP)
-	serveHooks = append(serveHooks, mountMCP)
-}
-
 // mountMCP mounts the MCP tools at MCPPath on the server, over the same
 // request path as REST (Server.Call): same keys, same rules.
 func mountMCP(s *server.Server) error {

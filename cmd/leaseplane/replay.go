@@ -6,18 +6,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/scenario"
 )
-
-// engines maps --engine names to factories; the wasm engine adds itself.
-var engines = map[string]func() (kernel.Factory, error){
-	"native": func() (kernel.Factory, error) { return kernel.Native, nil },
-}
-
-func init() {
-	register("replay", "replay a scenario file (or - for stdin) and print its transcript", runReplay)
-}
 
 func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)

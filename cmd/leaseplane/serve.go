@@ -11,18 +11,12 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/leaseplane/leaseplane/server"
 )
-
-// serveHooks run after server.New and before Serve; other files of this
-// package append to it from init() to mount their handlers (web pages,
-// /mcp) with (*server.Server).Handle.
-var serveHooks []func(*server.Server) error
 
 // defaultEngine is what serve runs without --engine. The issue asks for
 // wasm when its end-to-end throughput is at least 80 % of native; see the
@@ -33,10 +27,6 @@ const defaultEngine = "native"
 // firstWorkspace is the workspace a first start on an empty data folder
 // creates, with one workspace key it prints.
 const firstWorkspace = "default"
-
-func init() {
-	register("serve", "run the lease plane: serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]", runServe)
-}
 
 // Defaults of serve's --addr and --data; LEASEPLANE_ADDR and LEASEPLANE_DATA
 // replace them.
@@ -109,7 +99,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	}
 	mk, ok := engines[*engine]
 	if !ok {
-		fmt.Fprintf(stderr, "leaseplane serve: unknown engine %q (have %s)\n", *engine, engineNames())
+		fmt.Fprintf(stderr, "leaseplane serve: unknown engine %q (have %s)\n", *engine, strings.Join(engineNames(), ", "))
 		return 2
 	}
 	// Bind before anything is created: a first start that cannot listen
@@ -177,8 +167,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		shutdown()
 		return 1
 	}
-	for _, hook := range serveHooks {
-		if err := hook(srv); err != nil {
+	for _, mount := range mounts {
+		if err := mount(srv); err != nil {
 			fmt.Fprintf(stderr, "leaseplane serve: %v\n", err)
 			shutdown()
 			return 1
@@ -211,13 +201,4 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		}
 		return 0
 	}
-}
-
-func engineNames() string {
-	var names []string
-	for n := range engines {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
 }

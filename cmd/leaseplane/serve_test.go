@@ -18,7 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,15 +186,6 @@ func keysCLI(t *testing.T, args ...string) string {
 	return f[len(f)-1]
 }
 
-func engineList() []string {
-	var names []string
-	for n := range engines {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 const (
 	didRelease = "did:web:acme.example:agent:release"
 	didCost    = "did:web:acme.example:agent:cost"
@@ -204,7 +195,7 @@ const (
 // against the real serve, per engine. (503 on a failing disk write is in
 // server's TestCommitFailure, which can inject the failure.)
 func TestServeHTTPRows(t *testing.T) {
-	for _, engine := range engineList() {
+	for _, engine := range engineNames() {
 		t.Run(engine, func(t *testing.T) {
 			data := t.TempDir()
 			s := e2eStart(t, engine, data, servertest.NewClock())
@@ -302,7 +293,7 @@ func TestServeHTTPRows(t *testing.T) {
 // TestServeKeysAndIsolation: workspaces never see each other; a revoked key
 // stops working; a restart gives back exactly the state answered.
 func TestServeKeysAndIsolation(t *testing.T) {
-	for _, engine := range engineList() {
+	for _, engine := range engineNames() {
 		t.Run(engine, func(t *testing.T) {
 			data := t.TempDir()
 			clock := servertest.NewClock()
@@ -362,7 +353,7 @@ func TestServeKeysAndIsolation(t *testing.T) {
 // TestServeLapseWithoutTraffic: a lease lapses at its time with nothing
 // asked; its expire event with trust -5 is in the events table.
 func TestServeLapseWithoutTraffic(t *testing.T) {
-	for _, engine := range engineList() {
+	for _, engine := range engineNames() {
 		t.Run(engine, func(t *testing.T) {
 			data := t.TempDir()
 			clock := servertest.NewClock()
@@ -475,7 +466,7 @@ type grant struct {
 // fence was granted twice, and that new grants continue above every fence
 // answered before.
 func TestServeKill9(t *testing.T) {
-	for _, engine := range engineList() {
+	for _, engine := range engineNames() {
 		t.Run(engine, func(t *testing.T) { stopUnderLoad(t, engine, syscall.SIGKILL) })
 	}
 }
@@ -484,7 +475,7 @@ func TestServeKill9(t *testing.T) {
 // exits 0, no request gets a 5xx, and the restart finds every answered
 // grant.
 func TestServeSIGTERMUnderLoad(t *testing.T) {
-	for _, engine := range engineList() {
+	for _, engine := range engineNames() {
 		t.Run(engine, func(t *testing.T) { stopUnderLoad(t, engine, syscall.SIGTERM) })
 	}
 }
@@ -736,7 +727,7 @@ func TestServeBadInput(t *testing.T) {
 	if err := json.Unmarshal(raw, &file); err != nil {
 		t.Fatal(err)
 	}
-	for _, engine := range engineList() {
+	for _, engine := range engineNames() {
 		t.Run(engine, func(t *testing.T) {
 			s := e2eStart(t, engine, t.TempDir(), servertest.NewClock())
 			expect(t, "setup", s.lease(s.key, "lock:a", didRelease), 200, "")
@@ -785,11 +776,12 @@ func TestServeBadInput(t *testing.T) {
 }
 
 // BenchmarkServeCallPair is one acquire and one release through
-// (*server.Server).Call (the durable path of every REST and MCP request,
-// without HTTP), 64 goroutines on their own resources, per engine: the
-// engines' difference on the server, with the commit shared.
+// (*server.Server).Call, the durable path every REST and MCP request takes
+// after HTTP parsing (key check, the kernel, group commit to SQLite with
+// fsync), per engine. 64 goroutines run at once, each on its own resource,
+// so commits are shared.
 func BenchmarkServeCallPair(b *testing.B) {
-	for _, engine := range engineList() {
+	for _, engine := range engineNames() {
 		b.Run(engine, func(b *testing.B) {
 			f, err := engines[engine]()
 			if err != nil {

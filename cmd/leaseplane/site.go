@@ -7,30 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sort"
 
 	"github.com/leaseplane/leaseplane/server"
 	"github.com/leaseplane/leaseplane/web"
 )
 
-func init() {
-	register("site", "write the playground and the docs as static files: site OUTDIR (or site --listen ADDR to preview them)", runSite)
-	serveHooks = append(serveHooks, mountWeb)
-}
-
-// mountWeb serves the playground, the docs and their static files from
-// the binary, and sends / to the playground.
+// mountWeb serves web.Handler (the playground, the docs and their static
+// files, / sent to the playground) at / beside the API: the server's own
+// routes are more specific, so they win.
 func mountWeb(s *server.Server) error {
-	routes := web.Routes()
-	patterns := make([]string, 0, len(routes))
-	for p := range routes {
-		patterns = append(patterns, p)
-	}
-	sort.Strings(patterns)
-	for _, p := range patterns {
-		s.Handle(p, routes[p])
-	}
-	s.Handle("GET /{$}", http.RedirectHandler(web.ServerLinks.Playground, http.StatusFound))
+	s.Handle("/", web.Handler())
 	return nil
 }
 

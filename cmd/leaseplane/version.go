@@ -14,10 +14,6 @@ import (
 // Unstamped, `go install module@vX` builds still know their module version.
 var version string
 
-func init() {
-	register("version", "print the binary's version, the kernel's semantics version and the Go toolchain", runVersion)
-}
-
 // binaryVersion is the stamped version, else the module version the Go
 // tool recorded, else "dev".
 func binaryVersion() string {

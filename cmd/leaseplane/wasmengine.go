@@ -19,10 +19,6 @@ var wasmFactory = sync.OnceValues(func() (kernel.Factory, error) {
 	return wazero.NewFactory(context.Background(), wazero.Options{CacheDir: wasmCacheDir()})
 })
 
-func init() {
-	engines["wasm"] = wasmFactory
-}
-
 // wasmCacheDir is where compiled kernel code is kept between runs:
 // $LEASEPLANE_WASM_CACHE when set ("off" for none), else the user cache
 // directory; empty (in-memory only) when there is none.
