@@ -6,7 +6,7 @@ BIN     := bin/leaseplane
 FUZZTIME ?= 10s
 
 .PHONY: all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
-        wasm check-wasm test-fresh bench deps-bench check-imports generate check-generated clean worker worker-dev test-worker bench-worker
+        wasm check-wasm test-fresh bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
 
@@ -71,7 +71,7 @@ check-wasm:
 	  git status --short -- $(WASM_FILES); echo "check-wasm: the built kernels are not committed: run make wasm and commit"; fail=1; \
 	fi; exit $$fail
 
-test: check-wasm check-generated test-go test-fuzz parity test-node test-browser test-worker test-fresh
+test: check-wasm check-generated check-module test-go test-fuzz parity test-node test-browser test-worker test-fresh
 	@echo "make test: all suites passed"
 
 # test-go leaves the parity run to its own target, which prints its seed.
@@ -88,6 +88,14 @@ test-bench-tool: deps-bench
 
 deps-bench:
 	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
+
+# check-module: go.mod and go.sum are exactly what the imports need, and
+# the binary builds for Windows and macOS too (nothing Unix-only on its
+# portable path).
+check-module:
+	$(GO) mod tidy -diff
+	GOOS=windows GOARCH=amd64 $(GO) build -o /dev/null ./cmd/leaseplane
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/leaseplane
 
 # A short run of every fuzz target (go test runs one target per invocation).
 test-fuzz:
