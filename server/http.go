@@ -237,7 +237,7 @@ func waitQuery(q url.Values) ([]byte, error) {
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, name)
+		b = kernel.AppendQuote(b, name)
 		b = append(b, ':')
 		if name == "limit" {
 			n, err := strconv.Atoi(vs[0])
@@ -246,7 +246,7 @@ func waitQuery(q url.Values) ([]byte, error) {
 			}
 			b = strconv.AppendInt(b, int64(n), 10)
 		} else {
-			b = appendJSONString(b, vs[0])
+			b = kernel.AppendQuote(b, vs[0])
 		}
 	}
 	for name := range q {
