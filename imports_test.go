@@ -216,18 +216,18 @@ func TestDependencyRules(t *testing.T) {
 	}
 }
 
-// generators are commands that `go generate` runs at build time; like
-// cmd/, they may read their arguments.
-var generators = []string{"web/internal/corpusgen"}
+// buildTools are commands that `go generate` or the Makefile runs at
+// build time; like cmd/, they may read their arguments.
+var buildTools = []string{"web/internal/corpusgen", "wasm/internal/buildhash"}
 
 // sourceFiles parses the non-test Go files of every package outside cmd/
-// and the generators, and calls f with each package, file name and syntax
+// and the build tools, and calls f with each package, file name and syntax
 // tree.
 func sourceFiles(t *testing.T, f func(me, name string, file *ast.File)) {
 	t.Helper()
 	fset := token.NewFileSet()
 	for me, p := range listPackages(t) {
-		if layerOf(me) == "cmd" || slices.Contains(generators, me) {
+		if layerOf(me) == "cmd" || slices.Contains(buildTools, me) {
 			continue
 		}
 		for _, name := range p.GoFiles {
