@@ -179,10 +179,12 @@ test-worker: worker build
 	WRANGLER_SEND_METRICS=false LEASEPLANE_WORKER_PARITY=bin/worker-parity.jsonl node --test --test-concurrency=1 cmd/worker/test/
 
 # bench-worker: request latency and throughput in Miniflare, through the
-# front worker and to the object directly (docs/BENCHMARKS.md).
+# front worker and to the object directly; the two kernel builds an object
+# could host (docs/BENCHMARKS.md, "Workers").
 bench-worker: worker
 	test -d node_modules/miniflare || npm ci
 	WRANGLER_SEND_METRICS=false node cmd/worker/bench.mjs
+	node cmd/worker/bench-kernels.mjs
 
 clean:
 	rm -rf bin
