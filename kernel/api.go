@@ -109,6 +109,10 @@ type Engine interface {
 	// Stats counts what the machine holds, for a host's gauges; it costs
 	// nothing that grows with the workspace.
 	Stats() (Stats, error)
+	// SetSemantics makes the machine decide by semantics v from the next
+	// command on (Machine.SetSemantics): a host replaying a log sets the
+	// version each command was logged under.
+	SetSemantics(v int) error
 	// Close frees the engine's resources.
 	Close() error
 }

@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"cmp"
+	"errors"
 	"slices"
 	"sort"
 	"strconv"
@@ -34,6 +36,14 @@ type Machine struct {
 	// apply forgets the idle ones at its end.
 	idleRes    []*resource
 	idleAgents []*agent
+	// sem is the semantics the machine decides by (Semantics, or 1 while a
+	// host replays commands that leaseplane 0.1 logged); fences1 holds, under
+	// semantics 1, each resource's own fence counter as 0.1 kept them.
+	sem     int
+	fences1 map[string]int64
+	// upgraded is set once the machine decided by semantics 1: live leases
+	// of that time may share fences across resources.
+	upgraded bool
 }
 
 type resource struct {
@@ -96,7 +106,38 @@ func New(rules Rules) *Machine {
 		rules:     rules,
 		resources: map[string]*resource{},
 		agents:    map[string]*agent{},
+		sem:       Semantics,
 	}
+}
+
+// Semantics is the version of the semantics the machine decides by.
+func (m *Machine) Semantics() int { return m.sem }
+
+// SetSemantics makes the machine decide by semantics v from the next
+// command on. A host replaying a log sets 1 for the commands leaseplane
+// 0.1 logged, so they decide again as they did then, and Semantics for the
+// rest. Under semantics 1 a request without mode asks write, admitted
+// waiters have no claims, a deadlock refusal leaves a wait's lapse alone,
+// fences are counted per resource and no limit applies. Semantics 1 is
+// only for a machine restored from a version 1 snapshot or one that has
+// granted nothing yet.
+func (m *Machine) SetSemantics(v int) error {
+	switch {
+	case v == m.sem:
+		return nil
+	case v == Semantics:
+		m.upgraded = m.upgraded || m.sem == 1
+		m.sem, m.fences1 = v, nil
+		return nil
+	case v == 1 && (m.fences1 != nil || m.fence == 0):
+		m.sem = 1
+		if m.fences1 == nil {
+			m.fences1 = map[string]int64{}
+		}
+		return nil
+	}
+	return errors.New("kernel: cannot decide by semantics " + strconv.Itoa(v) + " from semantics " + strconv.Itoa(m.sem) +
+		" (semantics 1 only after a version 1 snapshot or on an empty machine)")
 }
 
 // Rules returns the machine's rules.
@@ -345,7 +386,7 @@ func (m *Machine) blockers(res *resource, a *agent, mode string, f func(b *agent
 			return
 		}
 	}
-	if holds {
+	if holds || m.sem < 2 {
 		return
 	}
 	var mine *waiter
@@ -412,7 +453,7 @@ func (m *Machine) acquire(c Command) Result {
 	mode := c.Mode
 	if mode == "" {
 		mode = "write"
-		if own != nil {
+		if own != nil && m.sem >= 2 {
 			mode = own.mode // a renewal without mode keeps the held mode
 		}
 	}
@@ -443,7 +484,7 @@ func (m *Machine) acquire(c Command) Result {
 	// The claims that stand in the asker's way, when it has none itself.
 	myClaim := mine != nil && m.hasClaim(res, mine)
 	var claimants []*waiter
-	if res != nil && nconf == 0 && !myClaim {
+	if res != nil && nconf == 0 && !myClaim && m.sem >= 2 {
 		for i, w := range res.waiters {
 			if i == MaxAdmitted {
 				break
@@ -455,7 +496,7 @@ func (m *Machine) acquire(c Command) Result {
 	}
 	if nconf == 0 && len(claimants) == 0 {
 		// Rule 4: grant.
-		if r, over := m.overLimit(1, 0, a == nil); over {
+		if r, over := m.overLimit(1, 0, a == nil); over && m.sem >= 2 {
 			return r
 		}
 		if a == nil {
@@ -465,8 +506,8 @@ func (m *Machine) acquire(c Command) Result {
 			res = m.addResource(c.Resource)
 		}
 		m.changed = true
-		m.fence++
-		own = &lease{owner: a, id: leaseID(res.name, m.fence), mode: mode, fence: m.fence, grantedAt: m.now}
+		fence := m.nextFence(res.name)
+		own = &lease{owner: a, id: leaseID(res.name, fence), mode: mode, fence: fence, grantedAt: m.now}
 		own.timer = timer{at: m.now + LeaseTTLMs, res: res, lease: own}
 		res.leases = append(res.leases, own)
 		a.leases = append(a.leases, own)
@@ -481,7 +522,7 @@ func (m *Machine) acquire(c Command) Result {
 	// Rule 5: deadlock.
 	if a != nil {
 		if cycle := m.findCycle(res, a, mode); cycle != nil {
-			if mine != nil {
+			if mine != nil && m.sem >= 2 {
 				m.touchWaiter(mine) // a refused retry is a request: the lapse restarts
 			}
 			return m.deadlock(c.ActorDid, res.name, cycle)
@@ -489,7 +530,7 @@ func (m *Machine) acquire(c Command) Result {
 	}
 	// Rule 6: lease_held; the asker becomes or stays a waiter.
 	if mine == nil {
-		if r, over := m.overLimit(0, 1, a == nil); over {
+		if r, over := m.overLimit(0, 1, a == nil); over && m.sem >= 2 {
 			return r
 		}
 		if a == nil {
@@ -564,6 +605,19 @@ func (m *Machine) acquire(c Command) Result {
 	}
 	b = append(b, '}')
 	return Result{Status: 409, RetryAfterSec: int((waitMs + 999) / 1000), Answer: b}
+}
+
+// nextFence is the fence of a new grant on name: the workspace's next one,
+// or, under semantics 1, the resource's own next one.
+func (m *Machine) nextFence(name string) int64 {
+	if m.sem >= 2 {
+		m.fence++
+		return m.fence
+	}
+	f := m.fences1[name] + 1
+	m.fences1[name] = f
+	m.fence = max(m.fence, f)
+	return f
 }
 
 func cmpString(a, b string) int {
@@ -666,7 +720,13 @@ func (m *Machine) findCycle(res *resource, actor *agent, mode string) []string {
 	})
 	for i := 0; i < len(frames); i++ {
 		a := frames[i].agent
-		for _, w := range a.waits {
+		waits := a.waits
+		if m.sem < 2 {
+			// Semantics 1 searched an agent's waits in the order it began them.
+			waits = slices.Clone(waits)
+			slices.SortFunc(waits, func(x, y *waiter) int { return cmp.Compare(x.seq, y.seq) })
+		}
+		for _, w := range waits {
 			wres := w.res
 			found := false
 			m.blockers(wres, a, w.mode, func(b *agent, _ *lease) bool {

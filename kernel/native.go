@@ -40,4 +40,5 @@ func (e nativeEngine) NextAlarm() (int64, bool, error) {
 func (e nativeEngine) Snapshot() ([]byte, error) { return e.m.Snapshot(), nil }
 func (e nativeEngine) Trust() ([]byte, error)    { return e.m.TrustJSON(), nil }
 func (e nativeEngine) Stats() (Stats, error)     { return e.m.Stats(), nil }
+func (e nativeEngine) SetSemantics(v int) error  { return e.m.SetSemantics(v) }
 func (e nativeEngine) Close() error              { return nil }

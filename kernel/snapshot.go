@@ -303,6 +303,8 @@ func halvesValue(raw []byte) (int64, bool) {
 // counter starts at the largest fence of any resource, so fences still
 // only rise; idle resources and trust-0 idle agents are dropped; a waiter's
 // claim window is taken from its last request and its place in the queue.
+// The machine then decides by semantics 1, each resource's fence counter
+// kept, until its host calls SetSemantics.
 func Restore(b []byte) (*Machine, error) {
 	s, err := decodeSnapshot(b)
 	if err != nil {
@@ -333,9 +335,11 @@ func restoreV1(s snapState) (*Machine, error) {
 			s.suspended = append(s.suspended, a.did)
 		}
 	}
+	fences1 := map[string]int64{}
 	live := s.resources[:0]
 	for _, r := range s.resources {
 		s.fence = max(s.fence, r.fence)
+		fences1[r.name] = r.fence
 		if len(r.leases) > 0 || len(r.waiters) > 0 {
 			for i := range r.waiters {
 				w := &r.waiters[i]
@@ -353,6 +357,9 @@ func restoreV1(s snapState) (*Machine, error) {
 		m.mayBeIdle(nil, a)
 	}
 	m.forgetIdle()
+	// It goes on deciding as 0.1 did until its host says otherwise
+	// (SetSemantics), so commands 0.1 logged after the snapshot replay alike.
+	m.sem, m.fences1 = 1, fences1
 	return m, nil
 }
 
@@ -382,7 +389,6 @@ func build(s snapState) (*Machine, error) {
 		}
 		a.suspended = true
 	}
-	fences := map[int64]bool{}
 	var waits []*waiter
 	for _, rs := range s.resources {
 		if err := validResource(rs.name); err != nil {
@@ -398,9 +404,10 @@ func build(s snapState) (*Machine, error) {
 			switch {
 			case owner == nil || owner.suspended:
 				return nil, errors.New("restore: lease holder " + q(ls.holder) + " is not an agent, or is suspended")
-			case ls.fence < 1 || ls.fence > m.fence || ls.fence <= last || (fences[ls.fence] && s.v == snapshotVersion):
-				// (Version 1 counted fences per resource: there they repeat.)
-				return nil, errors.New("restore: lease fence out of range, order, or used twice on " + q(rs.name))
+			case ls.fence < 1 || ls.fence > m.fence || ls.fence <= last:
+				// (Fences may repeat across resources: 0.1 counted them per
+				// resource, and its leases may still be live.)
+				return nil, errors.New("restore: lease fence out of range or order on " + q(rs.name))
 			case !validMode(ls.mode):
 				return nil, errors.New("restore: lease mode " + q(ls.mode))
 			case res.leaseOf(owner) != nil:
@@ -409,7 +416,6 @@ func build(s snapState) (*Machine, error) {
 				return nil, errors.New("restore: a lease on " + q(rs.name) + " has expired")
 			}
 			last = ls.fence
-			fences[ls.fence] = true
 			l := &lease{owner: owner, id: leaseID(rs.name, ls.fence), mode: ls.mode, fence: ls.fence, grantedAt: ls.granted}
 			l.timer = timer{at: ls.expiresAt, res: res, lease: l}
 			res.leases = append(res.leases, l)

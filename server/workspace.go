@@ -25,8 +25,13 @@ type workspace struct {
 	logBytes  int           // bytes logged since the last snapshot
 	snapBytes int           // size of the last snapshot
 	loaded    uint64        // gen at the last load
-	last      *ticket       // commit of the last change applied
-	closed    bool
+	// rules is the canonical JSON of the rules the machine runs; the first
+	// command logged after a load records them (rulesLogged), so the log
+	// says what every command ran under.
+	rules       []byte
+	rulesLogged bool
+	last        *ticket // commit of the last change applied
+	closed      bool
 
 	// tape, when not nil (a drill workspace), gets every command applied.
 	tape []tapeEntry
@@ -105,7 +110,25 @@ func (s *Server) load(ws *workspace) error {
 	if err != nil {
 		return fmt.Errorf("server: start machine of workspace %s: %w", ws.name, err)
 	}
+	rules, err := machineRules(snap, w.Rules)
+	if err != nil {
+		eng.Close()
+		return fmt.Errorf("server: rules of workspace %s: %w", ws.name, err)
+	}
 	for _, r := range recs {
+		// Each command decides again by the semantics it was logged under:
+		// a log of leaseplane 0.1 replays as 0.1 decided it (semantics 1),
+		// and the machine moves to the current semantics after it.
+		if err := eng.SetSemantics(r.Semantics); err != nil {
+			eng.Close()
+			return fmt.Errorf("server: replay command %d of workspace %s under semantics %d: %w", r.Seq, ws.name, r.Semantics, err)
+		}
+		if r.Rules != nil {
+			if logged, err := kernel.ParseRules(r.Rules); err != nil || string(logged.AppendJSON(nil)) != string(rules) {
+				s.log.Error("a logged command ran under other rules than the machine replaying it", "workspace", ws.name,
+					"seq", r.Seq, "logged", string(r.Rules), "machine", string(rules))
+			}
+		}
 		res, err := eng.Apply(kernel.Op(r.Op), r.NowMs, r.Body)
 		if err != nil {
 			eng.Close()
@@ -119,10 +142,15 @@ func (s *Server) load(ws *workspace) error {
 			s.events.sink(ws.id, r.Seq, res.Events)
 		}
 	}
+	if err := eng.SetSemantics(kernel.Semantics); err != nil {
+		eng.Close()
+		return fmt.Errorf("server: move workspace %s to semantics %d: %w", ws.name, kernel.Semantics, err)
+	}
 	if ws.eng != nil {
 		ws.eng.Close()
 	}
 	ws.eng = eng
+	ws.rules, ws.rulesLogged = rules, false
 	ws.seq = snapSeq
 	if n := len(recs); n > 0 {
 		ws.seq = recs[n-1].Seq
@@ -140,6 +168,29 @@ func (s *Server) load(ws *workspace) error {
 	s.log.Info("workspace loaded", "workspace", ws.name, "snapshotSeq", snapSeq, "replayed", len(recs),
 		"ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// machineRules is the canonical JSON of the rules a workspace's machine
+// runs: its snapshot's, or, with no snapshot, the workspace's.
+func machineRules(snap, workspaceRules []byte) ([]byte, error) {
+	raw := workspaceRules
+	if snap != nil {
+		raw = nil
+		err := kernel.ScanObject(snap, func(name string, v []byte) error {
+			if name == "rules" {
+				raw = v
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	r, err := kernel.ParseRules(raw)
+	if err != nil {
+		return nil, err
+	}
+	return r.AppendJSON(nil), nil
 }
 
 var emptyEvents = []byte("[]")
@@ -200,6 +251,10 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 			Body:      append([]byte(nil), body...),
 			Status:    res.Status,
 			Events:    res.Events, // the ledger is derived from the log
+			Semantics: kernel.Semantics,
+		}
+		if !ws.rulesLogged {
+			rec.Rules, ws.rulesLogged = ws.rules, true
 		}
 		ws.sinceSnap++
 		ws.logBytes += len(body) + logRowOverhead

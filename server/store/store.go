@@ -152,6 +152,13 @@ func (s *Store) stmt(db *sql.DB, cache *[rowsPerInsert + 1]*sql.Stmt, q string, 
 	return st, nil
 }
 
+// cachePragma bounds each connection's SQLite page cache to 512 KiB
+// (SQLite's default is 2 MiB): the server keeps ten connections, and the
+// files are mostly appended to, so a big cache buys little and its memory,
+// allocated outside the Go heap, stays with the process
+// (docs/BENCHMARKS.md, "Memory").
+const cachePragma = "&_pragma=cache_size(-512)"
+
 // ErrNotFound is returned when a named workspace or key does not exist.
 var ErrNotFound = errors.New("not found")
 
@@ -166,7 +173,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	path := filepath.Join(dir, FileName)
 	dsn := "file:" + path +
 		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)" +
-		"&_pragma=foreign_keys(on)&_txlock=immediate"
+		"&_pragma=foreign_keys(on)&_txlock=immediate" + cachePragma
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
@@ -175,7 +182,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	db.SetMaxIdleConns(4)
 	epath := filepath.Join(dir, EventsFileName)
 	edb, err := sql.Open("sqlite", "file:"+epath+
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate"+cachePragma)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", epath, err)
@@ -183,7 +190,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	edb.SetMaxOpenConns(2)
 	lpath := filepath.Join(dir, LedgerFileName)
 	ldb, err := sql.Open("sqlite", "file:"+lpath+
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate"+cachePragma)
 	if err != nil {
 		db.Close()
 		edb.Close()
@@ -219,6 +226,22 @@ func (s *Store) init() error {
 	if hasEvents == 0 {
 		if _, err := s.db.Exec(`ALTER TABLE log ADD COLUMN events BLOB`); err != nil {
 			return fmt.Errorf("store: add the events column to the log: %w", err)
+		}
+	}
+	// The semantics and rules each command ran under. A log from before
+	// they were recorded was written by leaseplane 0.1: semantics 1, the
+	// workspace's rules.
+	for _, col := range []struct{ name, decl string }{
+		{"semantics", "semantics INTEGER NOT NULL DEFAULT 1"}, {"rules", "rules TEXT"},
+	} {
+		var has int
+		if err := s.db.QueryRow(`SELECT count(*) FROM pragma_table_info('log') WHERE name = ?`, col.name).Scan(&has); err != nil {
+			return fmt.Errorf("store: read the log's columns: %w", err)
+		}
+		if has == 0 {
+			if _, err := s.db.Exec(`ALTER TABLE log ADD COLUMN ` + col.decl); err != nil {
+				return fmt.Errorf("store: add the %s column to the log: %w", col.name, err)
+			}
 		}
 	}
 	if err := s.initDrills(); err != nil {
@@ -547,6 +570,13 @@ type Record struct {
 	// Events are the events the command emitted, the kernel's JSON array
 	// (Load leaves them empty; LogEvents reads them).
 	Events []byte
+	// Semantics is the kernel semantics the command was decided by
+	// (kernel.Semantics when it was logged; 1 for a log of leaseplane 0.1).
+	Semantics int
+	// Rules are the kernel rules the command ran under, written on the
+	// first command after a workspace is loaded; nil means the same as the
+	// command before (or, for a log of leaseplane 0.1, the workspace's).
+	Rules []byte
 	// Snapshot, when set, is the machine's state right after this command;
 	// Commit stores it as the workspace's snapshot.
 	Snapshot []byte
@@ -563,7 +593,7 @@ type Event struct {
 	Body      []byte // the event's JSON object
 }
 
-// rowsPerInsert bounds the rows of one multi-row INSERT (6 or 7 parameters
+// rowsPerInsert bounds the rows of one multi-row INSERT (6 or 9 parameters
 // each, well under SQLite's limit).
 const rowsPerInsert = 128
 
@@ -576,8 +606,8 @@ var (
 func buildSQL() {
 	for n := 1; n <= rowsPerInsert; n++ {
 		vals := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", n), ", ")
-		logSQL[n] = `INSERT INTO log(workspace_id, seq, now_ms, op, body, status, events) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", n), ", ")
+		logSQL[n] = `INSERT INTO log(workspace_id, seq, now_ms, op, body, status, events, semantics, rules) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ")
 		eventsSQL[n] = `INSERT OR IGNORE INTO events(workspace_id, seq, idx, type, at_ms, body) VALUES ` + vals
 	}
 }
@@ -605,7 +635,7 @@ func (s *Store) Commit(recs []Record) error {
 	// driver than one statement per row.
 	for start := 0; start < len(recs); start += rowsPerInsert {
 		chunk := recs[start:min(start+rowsPerInsert, len(recs))]
-		args := make([]any, 0, 7*len(chunk))
+		args := make([]any, 0, 9*len(chunk))
 		for i := range chunk {
 			r := &chunk[i]
 			body := r.Body
@@ -616,7 +646,15 @@ func (s *Store) Commit(recs []Record) error {
 			if events == nil || string(events) == "[]" {
 				events = []byte{} // no events; NULL means "not known"
 			}
-			args = append(args, r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status, events)
+			sem := r.Semantics
+			if sem == 0 {
+				sem = 1
+			}
+			var rules any // NULL: as the command before
+			if r.Rules != nil {
+				rules = string(r.Rules)
+			}
+			args = append(args, r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status, events, sem, rules)
 		}
 		st, err := s.stmt(s.db, &s.logStmts, insertLogSQL(len(chunk)), len(chunk))
 		if err != nil {
@@ -697,15 +735,19 @@ func (s *Store) Load(ctx context.Context, ws int64) (snap []byte, snapSeq int64,
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("store: read snapshot of workspace %d: %w", ws, err)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, now_ms, op, body, status FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, snapSeq)
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, now_ms, op, body, status, semantics, rules FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, snapSeq)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		r := Record{Workspace: ws}
-		if err := rows.Scan(&r.Seq, &r.NowMs, &r.Op, &r.Body, &r.Status); err != nil {
+		var rules sql.NullString
+		if err := rows.Scan(&r.Seq, &r.NowMs, &r.Op, &r.Body, &r.Status, &r.Semantics, &rules); err != nil {
 			return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
+		}
+		if rules.Valid {
+			r.Rules = []byte(rules.String)
 		}
 		recs = append(recs, r)
 	}

@@ -225,6 +225,21 @@ func stats() uint64 {
 	return region(out)
 }
 
+// lp_set_semantics makes the machine decide by semantics v; an error
+// message region when it cannot, else an empty one.
+//
+//go:wasmexport lp_set_semantics
+func setSemantics(v uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	if err := machine.SetSemantics(int(v)); err != nil {
+		return fail(err.Error())
+	}
+	out = out[:0]
+	return region(out)
+}
+
 //go:wasmexport lp_version
 func version() uint64 {
 	out = []byte(kernel.Version)

@@ -234,7 +234,7 @@ type instance struct {
 	mem    api.Memory
 	broken error
 
-	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust, fStats, fReset api.Function
+	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust, fStats, fSetSem, fReset api.Function
 
 	inPtr, inCap uint32
 	stack        [3]uint64
@@ -252,7 +252,7 @@ func (f *Factory) instantiate(ctx context.Context) (*instance, error) {
 	}{
 		{&in.fABI, "lp_abi_version"}, {&in.fBuffer, "lp_buffer"}, {&in.fNew, "lp_new"},
 		{&in.fRestore, "lp_restore"}, {&in.fStep, "lp_step"}, {&in.fApply, "lp_apply"},
-		{&in.fAlarm, "lp_next_alarm"}, {&in.fSnapshot, "lp_snapshot"}, {&in.fTrust, "lp_trust"}, {&in.fStats, "lp_stats"},
+		{&in.fAlarm, "lp_next_alarm"}, {&in.fSnapshot, "lp_snapshot"}, {&in.fTrust, "lp_trust"}, {&in.fStats, "lp_stats"}, {&in.fSetSem, "lp_set_semantics"},
 		{&in.fReset, "lp_reset"},
 	} {
 		if *x.fn = mod.ExportedFunction(x.name); *x.fn == nil {
@@ -467,6 +467,22 @@ func (e *Engine) Snapshot() ([]byte, error) {
 // Trust is the trust scores as a JSON object keyed by actorDid.
 func (e *Engine) Trust() ([]byte, error) {
 	return e.bytes(func(in *instance) api.Function { return in.fTrust })
+}
+
+// SetSemantics makes the machine decide by semantics v from the next
+// command on.
+func (e *Engine) SetSemantics(v int) error {
+	in, err := e.lock()
+	if err != nil {
+		return err
+	}
+	defer e.mu.Unlock()
+	r, err := in.call1(in.fSetSem, uint64(v))
+	if err != nil {
+		return err
+	}
+	_, err = in.output(r)
+	return err
 }
 
 // Stats counts what the machine holds.
