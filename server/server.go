@@ -59,8 +59,8 @@
 //
 // # Data folder
 //
-// The folder holds leaseplane.db (workspaces, key hashes, log, snapshots),
-// events.db, ledger.db, ledger-keys/ (one signing key per workspace, 0600)
+// The folder holds leaseplane.db (workspaces, key hashes, log),
+// snapshots.db, events.db, ledger.db, ledger-keys/ (one signing key per workspace, 0600)
 // and serve.lock, an exclusive lock that keeps a second server
 // off the same folder. docs/SERVER.md describes them for operators.
 package server
@@ -130,6 +130,9 @@ type Config struct {
 	// DisableAlarms, a fault for tests of the drills, arms no alarm: leases
 	// lapse only when a command comes.
 	DisableAlarms bool
+	// SnapshotFault, when set, is called before each snapshot is written
+	// (a seam for tests: a slow snapshot write).
+	SnapshotFault func()
 	// CommitFault, when set, is called before each commit; a non-nil error
 	// fails the commit as a disk write failure would. A seam for tests.
 	CommitFault func() error
@@ -160,6 +163,7 @@ type Server struct {
 	keyStop chan struct{}
 	keyDone chan struct{}
 	commit  *committer
+	snaps   *snapshotter
 	events  *eventSink
 	clock   *planeClock
 	bodies  bodyGuard
@@ -226,7 +230,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	var led *ledger.Ledger
-	opts := store.Options{BeforeCommit: cfg.CommitFault, LedgerFault: cfg.LedgerFault}
+	opts := store.Options{BeforeCommit: cfg.CommitFault, LedgerFault: cfg.LedgerFault, BeforeSnapshot: cfg.SnapshotFault}
 	if !cfg.NoLedger {
 		// The log is kept behind the ledger's position, so that the
 		// ledger can always catch up from it.
@@ -267,8 +271,10 @@ func New(cfg Config) (*Server, error) {
 	s.bodies.reading = map[*guardedBody]struct{}{}
 	s.metrics = newMetrics(s)
 	s.commit = newCommitter(s)
+	s.snaps = newSnapshotter(s)
 	s.events = newEventSink(s)
 	go s.commit.run()
+	go s.snaps.run()
 	go s.events.run()
 	if err := s.syncKeyEpoch(context.Background()); err != nil {
 		s.stopAll()
@@ -404,6 +410,7 @@ func (s *Server) stopAll() error {
 		<-s.keyDone
 	}
 	s.commit.stop()
+	s.snaps.stop()
 	s.events.stop()
 	if s.ledger != nil {
 		s.ledger.Stop()

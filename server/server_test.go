@@ -328,8 +328,10 @@ func TestRestartRecovers(t *testing.T) {
 		_, want, _ := s.Call(ctx, key, kernel.OpWait, nil)
 		wantSnap := snapshotOf(t, s)
 		// A crash: no shutdown, no final snapshot. Only the log (and the
-		// periodic snapshots) remain.
+		// periodic snapshots, let finish here so that one is there)
+		// remain.
 		s.commit.stop()
+		s.snaps.stop()
 		s.events.stop()
 		s.store.Close()
 		s.unlock() // the OS drops a dead process's lock
@@ -670,6 +672,7 @@ func TestClockOnlyCommandsNotLogged(t *testing.T) {
 	}
 	// A crash: only the log remains.
 	s.commit.stop()
+	s.snaps.stop()
 	s.events.stop()
 	s.store.Close()
 	s.unlock()

@@ -262,18 +262,24 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		// than one per a quarter of its own size logged: a huge state is
 		// not rewritten every few commands, and replay stays bounded by a
 		// fraction of the state's size.
+		var snap []byte
 		if ws.sinceSnap >= s.cfg.SnapshotEvery && ws.logBytes >= ws.snapBytes/4 {
-			snap, err := ws.eng.Snapshot()
-			if err != nil {
+			var err error
+			if snap, err = ws.eng.Snapshot(); err != nil {
 				s.log.Warn("snapshot failed; will try again", "workspace", ws.name, "err", err)
+				snap = nil
 			} else {
-				rec.Snapshot = snap
 				ws.sinceSnap = 0
 				ws.logBytes = 0
 				ws.snapBytes = len(snap)
 			}
 		}
 		t := s.commit.enqueue(ws, ws.loaded, rec, res.Events)
+		if snap != nil {
+			// Written by the snapshotter once this command has committed,
+			// outside the commit: see snapshotter.
+			s.snaps.enqueue(ws, rec.Seq, snap, t)
+		}
 		ws.last = t
 		out.ticket = t
 	} else {

@@ -11,8 +11,11 @@
 //   - log: every command that changed a workspace's state, with the time it
 //     was applied at, in order (seq); Commit writes many commands in one
 //     transaction (group commit);
-//   - snapshots: the latest kernel snapshot of each workspace and the seq it
-//     follows; replay starts there, so it is bounded;
+//   - snapshots (in DIR/snapshots.db, a file of its own, so that a large
+//     snapshot never holds up another workspace's commit): the latest
+//     kernel snapshot of each workspace and the seq it follows; replay
+//     starts there, so it is bounded (data folders of 0.1 kept them in
+//     leaseplane.db, which Load still reads);
 //   - the log rows also keep the events each command emitted (a JSON
 //     array; NULL in rows written before the ledger existed), so the ledger
 //     is derived from the durable log; the log is trimmed only behind the
@@ -105,8 +108,23 @@ CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 	BEGIN SELECT RAISE(ABORT, 'events is append-only'); END;
 `
 
+// SnapshotsFileName is the snapshots database inside the data directory:
+// a file of its own, so that writing one workspace's large snapshot never
+// holds the write lock that every workspace's command commits need.
+const SnapshotsFileName = "snapshots.db"
+
+const snapshotsSchema = `
+CREATE TABLE IF NOT EXISTS snapshots(
+	workspace_id INTEGER PRIMARY KEY,
+	seq INTEGER NOT NULL,
+	state BLOB NOT NULL);
+`
+
 // Options tune a Store. The zero value is right for production.
 type Options struct {
+	// BeforeSnapshot, when set, runs at the start of every SaveSnapshot.
+	// A seam for tests (a snapshot write held up).
+	BeforeSnapshot func()
 	// BeforeCommit, when set, runs inside every Commit before the log rows
 	// are written; a non-nil error fails that Commit as a disk write failure
 	// would. It is a seam for tests of the failure path.
@@ -126,10 +144,11 @@ type Store struct {
 	db   *sql.DB // leaseplane.db: workspaces, keys, log, snapshots
 	edb  *sql.DB // events.db: events
 	ldb  *sql.DB // ledger.db: the ledger
+	sdb  *sql.DB // snapshots.db: the snapshots
 	path string
 	opts Options
 
-	upSnap, delLog *sql.Stmt
+	delLog *sql.Stmt
 
 	stmtMu               sync.Mutex
 	logStmts, eventStmts [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
@@ -197,11 +216,22 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", lpath, err)
 	}
 	ldb.SetMaxOpenConns(4)
-	s := &Store{db: db, edb: edb, ldb: ldb, path: path, opts: opts}
+	spath := filepath.Join(dir, SnapshotsFileName)
+	sdb, err := sql.Open("sqlite", "file:"+spath+
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		db.Close()
+		edb.Close()
+		ldb.Close()
+		return nil, fmt.Errorf("store: open %s: %w", spath, err)
+	}
+	sdb.SetMaxOpenConns(2)
+	s := &Store{db: db, edb: edb, ldb: ldb, sdb: sdb, path: path, opts: opts}
 	if err := s.init(); err != nil {
 		db.Close()
 		edb.Close()
 		ldb.Close()
+		sdb.Close()
 		return nil, err
 	}
 	return s, nil
@@ -216,6 +246,9 @@ func (s *Store) init() error {
 	}
 	if _, err := s.ldb.Exec(ledgerSchema); err != nil {
 		return fmt.Errorf("store: create ledger schema: %w", err)
+	}
+	if _, err := s.sdb.Exec(snapshotsSchema); err != nil {
+		return fmt.Errorf("store: create snapshots schema: %w", err)
 	}
 	// A log from before the ledger has no events column: add it (its old
 	// rows stay NULL: their events are not known).
@@ -268,8 +301,6 @@ func (s *Store) init() error {
 		st, err = s.db.Prepare(q)
 		return st
 	}
-	s.upSnap = prep(`INSERT INTO snapshots(workspace_id, seq, state) VALUES(?, ?, ?)
-		ON CONFLICT(workspace_id) DO UPDATE SET seq = excluded.seq, state = excluded.state`)
 	s.delLog = prep(`DELETE FROM log WHERE workspace_id = ? AND seq <= ?`)
 	if err != nil {
 		return fmt.Errorf("store: prepare statements: %w", err)
@@ -283,7 +314,7 @@ func (s *Store) Path() string { return s.path }
 // Close closes the database; a last checkpoint folds the WAL into it.
 func (s *Store) Close() error {
 	s.stmtMu.Lock()
-	stmts := []*sql.Stmt{s.upSnap, s.delLog}
+	stmts := []*sql.Stmt{s.delLog}
 	stmts = append(stmts, s.logStmts[:]...)
 	stmts = append(stmts, s.eventStmts[:]...)
 	s.stmtMu.Unlock()
@@ -295,7 +326,8 @@ func (s *Store) Close() error {
 	err1 := s.db.Close()
 	err2 := s.edb.Close()
 	err3 := s.ldb.Close()
-	return errors.Join(err1, err2, err3)
+	err4 := s.sdb.Close()
+	return errors.Join(err1, err2, err3, err4)
 }
 
 // Workspace is one tenant: its own machine, keys, log and events.
@@ -665,23 +697,15 @@ func (s *Store) Commit(recs []Record) error {
 				chunk[0].Seq, chunk[len(chunk)-1].Seq, chunk[0].Workspace, err)
 		}
 	}
-	for i := range recs {
-		r := &recs[i]
-		if r.Snapshot != nil {
-			if _, err := tx.Stmt(s.upSnap).Exec(r.Workspace, r.Seq, r.Snapshot); err != nil {
-				return fmt.Errorf("store: snapshot workspace %d at %d: %w", r.Workspace, r.Seq, err)
-			}
-			trim := r.Seq - LogKeep
-			if s.opts.LogKeepAfter != nil {
-				trim = min(trim, s.opts.LogKeepAfter(r.Workspace))
-			}
-			if _, err := tx.Stmt(s.delLog).Exec(r.Workspace, trim); err != nil {
-				return fmt.Errorf("store: trim log of workspace %d: %w", r.Workspace, err)
-			}
-		}
-	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: commit: %w", err)
+	}
+	for i := range recs {
+		if r := &recs[i]; r.Snapshot != nil {
+			if err := s.SaveSnapshot(r.Workspace, r.Seq, r.Snapshot); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -716,24 +740,59 @@ func (s *Store) AppendEvents(events []Event) error {
 	return nil
 }
 
-// SaveSnapshot stores a workspace's snapshot taken after command seq, on
-// its own (the server does this on shutdown).
+// SaveSnapshot stores a workspace's snapshot taken after command seq (a
+// snapshot older than the one stored is ignored), then deletes the log
+// records more than LogKeep behind it that Options.LogKeepAfter does not
+// keep. The snapshot goes to its own database file: writing it never holds
+// up another workspace's commit. Only a snapshot of committed commands may
+// be saved.
 func (s *Store) SaveSnapshot(ws, seq int64, state []byte) error {
-	if _, err := s.upSnap.Exec(ws, seq, state); err != nil {
+	if s.opts.BeforeSnapshot != nil {
+		s.opts.BeforeSnapshot()
+	}
+	if _, err := s.sdb.Exec(`INSERT INTO snapshots(workspace_id, seq, state) VALUES(?, ?, ?)
+		ON CONFLICT(workspace_id) DO UPDATE SET seq = excluded.seq, state = excluded.state
+		WHERE excluded.seq >= snapshots.seq`, ws, seq, state); err != nil {
 		return fmt.Errorf("store: snapshot workspace %d at %d: %w", ws, seq, err)
 	}
+	trim := seq - LogKeep
+	if s.opts.LogKeepAfter != nil {
+		trim = min(trim, s.opts.LogKeepAfter(ws))
+	}
+	if trim > 0 {
+		if _, err := s.delLog.Exec(ws, trim); err != nil {
+			return fmt.Errorf("store: trim log of workspace %d: %w", ws, err)
+		}
+	}
 	return nil
+}
+
+// snapshot reads a workspace's newest snapshot: from snapshots.db, or from
+// the snapshots table of leaseplane.db, where data folders of 0.1 keep it.
+func (s *Store) snapshot(ctx context.Context, ws int64) (snap []byte, seq int64, err error) {
+	for _, db := range []*sql.DB{s.sdb, s.db} {
+		var st []byte
+		var sq int64
+		err := db.QueryRowContext(ctx, `SELECT seq, state FROM snapshots WHERE workspace_id = ?`, ws).Scan(&sq, &st)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("store: read snapshot of workspace %d: %w", ws, err)
+		}
+		if snap == nil || sq > seq {
+			snap, seq = st, sq
+		}
+	}
+	return snap, seq, nil
 }
 
 // Load reads what recovers a workspace: its snapshot (nil when none) and
 // the seq it follows, then the logged commands after it, in order.
 func (s *Store) Load(ctx context.Context, ws int64) (snap []byte, snapSeq int64, recs []Record, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT seq, state FROM snapshots WHERE workspace_id = ?`, ws).Scan(&snapSeq, &snap)
-	if errors.Is(err, sql.ErrNoRows) {
-		snap, snapSeq, err = nil, 0, nil
-	}
+	snap, snapSeq, err = s.snapshot(ctx, ws)
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("store: read snapshot of workspace %d: %w", ws, err)
+		return nil, 0, nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT seq, now_ms, op, body, status, semantics, rules FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, snapSeq)
 	if err != nil {
