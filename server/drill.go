@@ -19,11 +19,11 @@ import (
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// The drills (SPEC.md, "Detection and drills") are six fixed scenarios,
-// drills/*.json, run against the live plane: each in a fresh workspace of
-// its own (named store.DrillPrefix+…, which no real workspace can be
-// named) with the scenario's rules, through the real HTTP path (a
-// listener on 127.0.0.1 serving the server's own handler), durability
+// The drills are six fixed scenarios, drills/*.json, run against the live
+// plane: each in a fresh workspace of its own (named store.DrillPrefix+…,
+// which no real workspace can be named) with the scenario's rules, through
+// the real HTTP path (a listener on 127.0.0.1 serving the server's own
+// handler), durability
 // (every command it made must be in the durable log, in order, with the
 // time it ran at) and alarms (a tick step waits for the plane's own alarm
 // and checks what it did). The workspace is deleted after the drill, its

@@ -127,7 +127,7 @@ func TestDrillFilesReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ds) != 6 {
-		t.Fatalf("%d drills, want the six of SPEC.md", len(ds))
+		t.Fatalf("%d drills, want the six drills", len(ds))
 	}
 	for _, d := range ds {
 		if d.Scenario.Title == "" || d.Scenario.Description == "" {

@@ -30,7 +30,7 @@
 //                       ledger's signing key
 //   GET  /ledger/key, /ledger/checkpoint, /ledger/entries?start&count,
 //        /ledger/proof?index&size, /ledger/consistency?from&to,
-//        /ledger/receipt?leaseId   the ledger routes of SPEC.md
+//        /ledger/receipt?leaseId   the ledger routes
 //   POST /replay        replay one scenario in a fresh machine of its own
 //                       (the parity run): {"rules": b64|null,
 //                       "steps": [b64...]} → per step status,
@@ -235,7 +235,7 @@ export class Workspace extends DurableObject {
 
   // appendEvents adds each event to the ledger, in the same storage
   // transaction as the command's log row. A ledger failure never fails the
-  // command (SPEC.md: best effort); it is logged.
+  // command (writing the ledger is best effort); it is logged.
   appendEvents(events) {
     if (events.length <= 2) return; // "[]"
     try {

@@ -1,6 +1,6 @@
 // Package ledger keeps the lease plane's signed ledgers: per workspace, an
 // append-only log of its events under RFC 6962 tree hashes, with signed
-// checkpoints, and the ledger routes of SPEC.md. The pure part (hashes,
+// checkpoints, and the /api/v1/ledger/ routes. The pure part (hashes,
 // notes, proofs, receipts, bundles, verification) is kernel/ledger; this
 // package stores it in SQLite through server/store (ledger.db) and keeps
 // the signing keys in the data folder (ledger-keys/, mode 0600).
