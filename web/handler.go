@@ -89,6 +89,11 @@ func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("ETag", etag)
+		if u := kernelPreload(); u != "" {
+			// The browser fetches the kernel as soon as the headers arrive,
+			// before the page's first script can ask for it.
+			h.Set("Link", u)
+		}
 		if strings.Contains(r.Header.Get("If-None-Match"), etag) {
 			w.WriteHeader(http.StatusNotModified)
 			return
@@ -96,6 +101,19 @@ func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.
 		w.Write(page)
 	}
 }
+
+// kernelPreload is the Link header value that preloads boot.js and the
+// browser kernel (as=fetch, crossorigin: the same request as boot.js's
+// fetch), so both are on their way before the page's head is parsed;
+// empty without a kernel.
+var kernelPreload = sync.OnceValue(func() string {
+	a, err := staticAssets()
+	if err != nil || BuildHash() == "" {
+		return ""
+	}
+	return "<" + a.url(ServerLinks.Static, "boot.js") + ">; rel=preload; as=script, " +
+		"<" + a.url(ServerLinks.Static, WasmFile) + ">; rel=preload; as=fetch; crossorigin"
+})
 
 func staticHandler(w http.ResponseWriter, r *http.Request) {
 	a, err := staticAssets()

@@ -54,6 +54,7 @@ func fakeStatic() fstest.MapFS {
 		"static/leaseplane.wasm": {Data: fakeWasm},
 		"static/app.css":         {Data: []byte("body { color: red; }\n")},
 		"static/kernel.js":       {Data: []byte("// js\n")},
+		"static/boot.js":         {Data: []byte("// boot\n")},
 	}
 }
 
@@ -77,6 +78,11 @@ func TestLayoutNamesHashedAssetsAndKernel(t *testing.T) {
 	}
 	if strings.Contains(html, "role=\"alert\"") {
 		t.Error("layout shows the missing-kernel banner although a kernel is embedded")
+	}
+	// The kernel's fetch (boot.js) starts before the stylesheet, which
+	// would hold a script after it until the stylesheet arrived.
+	if k, css := strings.Index(html, `src="/static/`+a.byName["boot.js"].hashed+`"`), strings.Index(html, `rel="stylesheet"`); k < 0 || css < 0 || k > css {
+		t.Errorf("the kernel's fetch (at %d) should start before the stylesheet (at %d)", k, css)
 	}
 	nobuild := render(t, layout(testPage(t, "")))
 	if !strings.Contains(nobuild, "make wasm") || strings.Contains(nobuild, `data-wasm="/static`) {
@@ -484,5 +490,37 @@ func TestExchangeComponent(t *testing.T) {
 	}
 	if !strings.Contains(render(t, exchange(x, true)), `<details class="exchange" open>`) {
 		t.Error("an open exchange is not open")
+	}
+}
+
+// TestPagePreloadsKernel: a page answer carries a Link header that
+// preloads the embedded kernel under its hashed URL, as the fetch in the
+// page's head asks for it; without a kernel there is none.
+func TestPagePreloadsKernel(t *testing.T) {
+	srv := httptest.NewServer(Handler())
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/playground")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	link := res.Header.Get("Link")
+	a, err := staticAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if BuildHash() == "" {
+		if link != "" {
+			t.Errorf("no kernel embedded, yet Link: %s", link)
+		}
+		return
+	}
+	u := a.url(ServerLinks.Static, WasmFile)
+	if want := "<" + a.url(ServerLinks.Static, "boot.js") + ">; rel=preload; as=script, <" + u + ">; rel=preload; as=fetch; crossorigin"; link != want {
+		t.Errorf("Link: %q, want %q", link, want)
+	}
+	if !bytes.Contains(body, []byte(`"`+u+`"`)) {
+		t.Errorf("the page does not fetch the preloaded URL %s", u)
 	}
 }
