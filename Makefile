@@ -81,10 +81,12 @@ test-go: test-bench-tool
 
 # The load tool is a module of its own (cmd/leaseplane-bench/go.mod), so
 # that go-redis and etcd's client stay out of the product; its tests drive
-# a real redis-server and etcd.
+# a real redis-server and etcd. It requires the root module by a replace, so
+# a new dependency of the root module needs a `go mod tidy` there too.
 BENCH_TOOL := cmd/leaseplane-bench
 test-bench-tool: deps-bench
-	cd $(BENCH_TOOL) && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@cd $(BENCH_TOOL) && $(GO) mod tidy -diff >/dev/null || { echo "$(BENCH_TOOL)/go.mod is not tidy (a dependency of the root module changed?): run cd $(BENCH_TOOL) && go mod tidy, and commit it"; exit 1; }
+	cd $(BENCH_TOOL) && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 deps-bench:
 	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
