@@ -173,9 +173,16 @@ test("grants, renewals, releases, lapses and revocations are entries in order; r
     const v = verify(verifier, r.text);
     assert.equal(v.status, 0, `after the restart, the receipt of ${r.leaseId}: ${v.out}`);
   }
+  // The command line's lease --receipt works against the worker unchanged.
+  const rfile = path.join(dataDir, "receipt-cli.txt");
+  const lc = cli(key, "lease", "lock:5", "--as", b, "--receipt", rfile);
+  assert.equal(lc.status, 0, lc.out);
+  const vc = cli("", "verify", "--key", verifier, rfile);
+  assert.equal(vc.status, 0, vc.out);
+  assert.match(vc.out, /receipt holds/);
   const w2 = cli(key, "ledger", "watch", "--url", base, "--file", kept, "--once");
   assert.equal(w2.status, 0, `the checkpoint after the restart is consistent with the one kept before: ${w2.out}`);
   const records = fs.readFileSync(kept, "utf8").trim().split("\n").map((l) => JSON.parse(l));
-  assert.deepEqual(records.map((r) => (r.key ? "key" : r.checkpoint.split("\n")[1])), ["key", "8", "9"]);
+  assert.deepEqual(records.map((r) => (r.key ? "key" : r.checkpoint.split("\n")[1])), ["key", "8", "10"]);
   assert.equal(records[0].key, verifier);
 });
