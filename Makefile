@@ -28,7 +28,12 @@ run: build
 # The WebAssembly kernels are committed, the way OPA commits opa.wasm, so
 # that `go install` and `go build` work with Go alone; check-wasm (part of
 # make test) rebuilds them and fails when the bytes differ. After any change
-# to kernel/ or wasm/: make wasm, and commit the three files.
+# to kernel/ or wasm/: make wasm, and commit the four files.
+#
+# ledger.wasm is the signed ledger's verifier for browsers (wasm/ledgerjs),
+# a module of its own that only the pages that check or seal a ledger load:
+# x/mod's note and tlog bring fmt and reflection, which would take the
+# browser kernel past its size budget.
 #
 # The bytes depend only on the sources and the toolchain: -trimpath, no
 # build id, and the toolchain pinned by go.mod's toolchain line (GOTOOLCHAIN
@@ -36,7 +41,8 @@ run: build
 WASM_JS     := web/static/leaseplane.wasm
 WASM_EXEC   := web/static/wasm_exec.js
 WASM_WASIP1 := wasm/wazero/leaseplane-wasip1.wasm
-WASM_FILES  := $(WASM_JS) $(WASM_EXEC) $(WASM_WASIP1)
+WASM_LEDGER := web/static/ledger.wasm
+WASM_FILES  := $(WASM_JS) $(WASM_EXEC) $(WASM_WASIP1) $(WASM_LEDGER)
 WASM_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
 WASM_GO = GOTOOLCHAIN=$(WASM_TOOLCHAIN) GOFLAGS=-buildvcs=false $(GO)
 # Sign-extension and saturating float-to-int instructions (every current
@@ -47,17 +53,18 @@ GOWASM := satconv,signext
 # the same on every machine.
 WASM_BUILD = $(shell $(WASM_GO) run ./wasm/internal/buildhash "$$($(WASM_GO) env GOVERSION)" $(GOWASM))
 
-# build-wasm DIR writes the three files under DIR.
+# build-wasm DIR writes the four files under DIR.
 define build-wasm
 	@mkdir -p $(1)/web/static $(1)/wasm/wazero
 	GOOS=js GOARCH=wasm GOWASM=$(GOWASM) $(WASM_GO) build -trimpath -ldflags='-s -w -buildid= -X main.build=$(WASM_BUILD)' -o $(1)/$(WASM_JS) ./wasm/js
 	cp "$$($(WASM_GO) env GOROOT)/lib/wasm/wasm_exec.js" $(1)/$(WASM_EXEC)
 	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(WASM_GO) build -buildmode=c-shared -trimpath -ldflags='-s -w -buildid=' -o $(1)/$(WASM_WASIP1) ./wasm/wasip1
+	GOOS=js GOARCH=wasm GOWASM=$(GOWASM) $(WASM_GO) build -trimpath -ldflags='-s -w -buildid=' -o $(1)/$(WASM_LEDGER) ./wasm/ledgerjs
 endef
 
 wasm:
 	$(call build-wasm,.)
-	@chmod a-x $(WASM_JS)
+	@chmod a-x $(WASM_JS) $(WASM_LEDGER)
 
 # check-wasm rebuilds the kernels aside and compares them with the
 # committed files.

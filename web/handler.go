@@ -36,7 +36,7 @@ var kernelScripts = []string{"wasm_exec.js", "glue.js", "kernel.js"}
 
 // RenderPlayground writes the playground page with links l.
 func RenderPlayground(ctx context.Context, w *bytes.Buffer, l Links) error {
-	p, err := newPage("Playground", "playground", l, append(kernelScripts, "timeline.js", "playground.js")...)
+	p, err := newPage("Playground", "playground", l, append(kernelScripts, "timeline.js", "ledger.js", "playground.js")...)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func RenderPlayground(ctx context.Context, w *bytes.Buffer, l Links) error {
 
 // RenderDocs writes the docs page with links l.
 func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
-	p, err := newPage("Docs", "docs", l, append(kernelScripts, "timeline.js", "docs.js")...)
+	p, err := newPage("Docs", "docs", l, append(kernelScripts, "timeline.js", "ledger.js", "docs.js")...)
 	if err != nil {
 		return err
 	}

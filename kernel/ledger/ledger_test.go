@@ -90,6 +90,9 @@ func TestFormats(t *testing.T) {
 	tr := tree(t, 5)
 	signed := sign(t, tr, s, 5)
 	golden(t, "key.vkey", []byte(v+"\n"))
+	// Another key of the same name, for tests that swap the key.
+	_, other := testKey(t, origin, 8)
+	golden(t, "other.vkey", []byte(other+"\n"))
 	golden(t, "checkpoint.note", signed)
 	r, err := tr.Receipt(3, signed, 5)
 	if err != nil {

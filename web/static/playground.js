@@ -428,11 +428,61 @@
     $("transcript").textContent = out;
     render(steps, tr, ms);
     runs++;
+    sealRun(out, tr, runs);
     if (runs === 1) performance.mark("lp:first-verdict");
     document.body.dataset.runs = String(runs);
     document.body.dataset.state = "ran";
     document.body.dataset.lastRun = how;
     setStatus(`Ran ${exampleEl.value ? "“" + exampleEl.selectedOptions[0].textContent + "”" : "your scenario"} in this browser.`);
+  }
+  // ---- the signed ledger of a run ----
+  // The first run makes an Ed25519 test key in this browser (local
+  // storage); every run's events are sealed under a signed checkpoint, and
+  // each grant's receipt is verified against the public key at once. All of
+  // it in WebAssembly (ledger.js), with no network call after the module.
+  const TEST_KEY = "leaseplane.playground.testKey.v1";
+  const TEST_ORIGIN = "leaseplane/playground-test-key";
+  const MAX_RECEIPTS = 100;
+  async function sealRun(out, tr, runNo) {
+    const sec = $("ledger");
+    try {
+      const l = await window.lpLedger();
+      let key = null;
+      try { key = JSON.parse(localStorage.getItem(TEST_KEY) || "null"); } catch { key = null; }
+      if (!key || typeof key.signer !== "string" || typeof key.verifier !== "string") {
+        key = l.newKey(TEST_ORIGIN);
+        try { localStorage.setItem(TEST_KEY, JSON.stringify(key)); } catch { /* private mode: a key per page */ }
+      }
+      const sealed = l.seal(key.signer, out);
+      if (runNo !== runs) return; // a newer run took over
+      const events = tr.steps.flatMap((ts) => ts.events || []);
+      const parts = [];
+      let grants = 0, checked = 0;
+      sealed.entries.forEach((e, i) => {
+        const ev = events[i];
+        if (!ev || ev.type !== "coordination.lease") return;
+        grants++;
+        if (grants > MAX_RECEIPTS) return;
+        let verdict;
+        try { verdict = "✓ " + l.verify(e.receipt, sealed.verifier); checked++; } catch (err) { verdict = "✗ " + err.message; }
+        const row = $("verdicts").querySelector(`tr[data-step="${e.step}"] td.details`);
+        if (row) row.insertAdjacentHTML("beforeend", chip("receipt", verdict.startsWith("✓") ? "✓ verified" : "✗ refused", verdict.startsWith("✓") ? "" : "warn"));
+        parts.push(`<details class="receipt" data-step="${e.step}" data-lease="${esc(ev.leaseId)}"><summary>step ${e.step + 1} · <code>${esc(ev.leaseId)}</code> on <code>${esc(ev.resource)}</code> · <span class="${verdict.startsWith("✓") ? "pos" : "neg"}">${esc(verdict.slice(0, 2))}${verdict.startsWith("✓") ? "verified" : "refused"}</span></summary>` +
+          `<pre class="code receipt-text" tabindex="0">${esc(e.receipt)}</pre><p class="muted">${esc(verdict)}</p></details>`);
+      });
+      if (grants > MAX_RECEIPTS) parts.push(`<p class="muted">… and ${grants - MAX_RECEIPTS} more grants.</p>`);
+      $("ledger-key").textContent = sealed.verifier;
+      $("ledger-summary").textContent = `${sealed.entries.length} entries sealed; ${checked} of ${Math.min(grants, MAX_RECEIPTS)} grant receipts verified against the test key.`;
+      $("ledger-receipts").innerHTML = parts.join("") || `<p class="muted">No grants in this run.</p>`;
+      sec.hidden = false;
+      document.body.dataset.sealed = String(runNo);
+    } catch (err) {
+      if (runNo !== runs) return;
+      $("ledger-summary").textContent = "The run was not sealed: " + err.message;
+      $("ledger-receipts").replaceChildren();
+      sec.hidden = false;
+      document.body.dataset.sealed = "error";
+    }
   }
   function showRunError(msg) {
     const e = $("run-error");
