@@ -225,8 +225,7 @@ func TestVerifySummaries(t *testing.T) {
 }
 
 // TestTamperEveryByte changes each byte of a small bundle and of a receipt
-// (every bit flip that keeps nothing else equal, and a few replacement
-// characters): verification fails every time, with a message.
+// in seven ways: verification fails every time, with a message.
 func TestTamperEveryByte(t *testing.T) {
 	s, v := testKey(t, origin, 7)
 	tr := tree(t, 3)
@@ -241,10 +240,10 @@ func TestTamperEveryByte(t *testing.T) {
 		}
 		tried := 0
 		for i := range doc.data {
-			subs := []byte{' ', '0', 'A', '"', '\n'}
-			for bit := range 8 {
-				subs = append(subs, doc.data[i]^(1<<bit))
-			}
+			// Flips of the low bits and the case bit turn a digit, letter
+			// or base64 character into another one; the rest break the
+			// syntax around it.
+			subs := []byte{' ', '"', '\n', doc.data[i] ^ 1, doc.data[i] ^ 2, doc.data[i] ^ 0x20, doc.data[i] ^ 0x80}
 			for _, c := range subs {
 				if c == doc.data[i] {
 					continue
