@@ -252,9 +252,7 @@ func (r *drillRunner) runJob(job drillJob) {
 	}
 	r.mu.Unlock()
 	s.log.Info("drills: run finished", "run", job.id, "passed", passed, "ms", finished-started)
-	if s.onDrillRun != nil {
-		s.onDrillRun(job.ws, job.id, started, finished, passed, results)
-	}
+	s.recordDrillRun(job.ws, job.id, started, finished, passed, results)
 }
 
 func (r *drillRunner) lastVerdict() float64 {

@@ -37,6 +37,7 @@ func (s *Server) routes() {
 	s.mux.Handle(RouteForget, s.route(http.MethodPost, kernel.OpForget))
 	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
 	s.drillRoutes()
+	s.detectionRoutes()
 	s.mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, refusal(404, ReasonNotFound, "no route "+r.URL.Path+"; the routes are "+
 			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteSuspend+", "+RouteResume+" and "+RouteForget))

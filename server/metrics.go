@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"time"
@@ -109,6 +110,18 @@ func newMetrics(s *Server) *metrics {
 				return -1
 			}
 			return s.drills.lastVerdict()
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaseplane_detection_open_cases",
+			Help: "Cases detectors have filed that are open, in every workspace.",
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			n, err := s.store.OpenCases(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(n)
 		}))
 	return m
 }

@@ -183,8 +183,6 @@ type Server struct {
 	unlock func() // releases the data directory's lock
 
 	drills *drillRunner
-	// onDrillRun, when set, is told of every finished drill run.
-	onDrillRun func(ws, id, startedMs, finishedMs int64, passed bool, results []DrillResult)
 }
 
 // New opens the store in cfg.DataDir, rebuilds every workspace's machine

@@ -116,6 +116,9 @@ func (s *Server) load(ws *workspace) error {
 		return fmt.Errorf("server: rules of workspace %s: %w", ws.name, err)
 	}
 	for _, r := range recs {
+		if r.Op == HostOp {
+			continue // an entry of the host's own (recordEvent), not a command
+		}
 		// Each command decides again by the semantics it was logged under:
 		// a log of leaseplane 0.1 replays as 0.1 decided it (semantics 1),
 		// and the machine moves to the current semantics after it.

@@ -280,6 +280,9 @@ func (s *Store) init() error {
 	if err := s.initDrills(); err != nil {
 		return err
 	}
+	if err := s.initDetection(); err != nil {
+		return err
+	}
 	var v string
 	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
 	switch {
