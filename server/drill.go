@@ -216,9 +216,9 @@ func (e *drillEnv) run(ctx context.Context, d Drill) (res DrillResult, err error
 					break
 				}
 				if s.nowMs() > target+drillGrace.Milliseconds() {
-					exp := c.expectTick(due)
-					return fail(i, where+": the alarm due at +"+strconv.FormatInt(due-t0, 10)+" ms did not fire within "+
-						drillGrace.String()+": expected an alarm tick, live: none", exp, "no alarm fired")
+					exp := c.expectTick(target)
+					return fail(i, where+": the plane's alarms due by then (the first at +"+strconv.FormatInt(due-t0, 10)+
+						" ms) did not fire within "+drillGrace.String()+": expected what a tick by then gives, live: no alarm tick", exp, "no alarm fired")
 				}
 				if err := s.sleepUntil(ctx, s.nowMs()+20); err != nil {
 					return res, err
@@ -405,6 +405,7 @@ var drillRoutes = map[kernel.Op]struct {
 	kernel.OpWait:    {http.MethodGet, RouteWait, false},
 	kernel.OpSuspend: {http.MethodPost, RouteSuspend, true},
 	kernel.OpResume:  {http.MethodPost, RouteResume, true},
+	kernel.OpForget:  {http.MethodPost, RouteForget, true},
 }
 
 // do sends one command over HTTP.

@@ -179,6 +179,8 @@ type Server struct {
 
 	httpMu  sync.Mutex
 	httpSrv []*http.Server
+	// httpDown is set once Shutdown has taken httpSrv: a later Serve returns.
+	httpDown bool
 
 	unlock func() // releases the data directory's lock
 
@@ -342,6 +344,12 @@ func (s *Server) Serve(ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.httpMu.Lock()
+	if s.httpDown {
+		// Shutdown came first: it would not know to stop this one.
+		s.httpMu.Unlock()
+		ln.Close()
+		return nil
+	}
 	s.httpSrv = append(s.httpSrv, hs)
 	s.httpMu.Unlock()
 	err := hs.Serve(ln)
@@ -360,6 +368,7 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	var first error
 	s.httpMu.Lock()
+	s.httpDown = true
 	srvs := s.httpSrv
 	s.httpMu.Unlock()
 	s.bodies.expireBodies()

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/leaseplane/leaseplane/kernel/detect"
+	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 )
 
 // Exit statuses of detect.
@@ -24,16 +26,24 @@ func runDetect(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	events := fs.String("events", "", "a JSON-lines file of events (- for stdin), one event a line in the kernel's event form")
 	asJSON := fs.Bool("json", false, "print the findings as a JSON object instead of lines of text")
+	key := fs.String("key", "", "with BUNDLE: the verifier key (name+hash+base64), or a file holding it")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, `usage: leaseplane detect --events FILE [--json]
+		fmt.Fprintln(stderr, `usage: leaseplane detect --key VKEY BUNDLE [--json]
+       leaseplane detect --events FILE [--json]
 
 Runs the lease-overlap detector: every pair of leases on one resource whose
 lives overlap with conflicting modes, and every fence that does not rise.
-An event's class decides which modes conflict; an event without class is
-taken as exclusive. Events of two planes may be concatenated in one file:
-they are taken in time order. Entries are named by line number (from 1).
 
-Exit status: 0 nothing found, 1 findings, 2 unreadable input or usage.`)
+BUNDLE is a ledger bundle (leaseplane ledger export); it is verified with
+VKEY first, and findings name its entries by index. FILE holds events, one
+JSON object a line, in the kernel's event form (for ledgers from elsewhere,
+or two planes' events merged, e.g. jq -c '.entries[].event' A B). An
+event's class decides which modes conflict; an event without class is
+taken as exclusive. Events are taken in time order, so merged files need
+no sorting. Entries of FILE are named by line number (from 1).
+
+Exit status: 0 nothing found, 1 findings, 2 unreadable or unverifiable
+input, or usage.`)
 		fs.PrintDefaults()
 	}
 	rest, err := parseInterleaved(fs, args)
@@ -43,22 +53,31 @@ Exit status: 0 nothing found, 1 findings, 2 unreadable input or usage.`)
 	if err != nil {
 		return exitDetectUnreadable
 	}
-	if *events == "" || len(rest) > 0 {
+	var entries []detect.Entry
+	src, unit := *events, "line"
+	switch {
+	case *events != "" && len(rest) == 0:
+		if entries, err = readEventLines(*events, stdin); err != nil {
+			fmt.Fprintf(stderr, "leaseplane detect: %v\n", err)
+			return exitDetectUnreadable
+		}
+	case *events == "" && len(rest) == 1 && *key != "":
+		src, unit = rest[0], "entry"
+		if entries, err = readBundle(rest[0], *key, stdin); err != nil {
+			fmt.Fprintf(stderr, "leaseplane detect: %s: %v\n", rest[0], err)
+			return exitDetectUnreadable
+		}
+	default:
 		fs.Usage()
-		return exitDetectUnreadable
-	}
-	entries, err := readEventLines(*events, stdin)
-	if err != nil {
-		fmt.Fprintf(stderr, "leaseplane detect: %v\n", err)
 		return exitDetectUnreadable
 	}
 	d, _ := detect.Lookup(detect.LeaseOverlap)
 	findings, err := d.Run(entries, detect.Options{})
 	if err != nil {
 		if ee, ok := err.(*detect.EntryError); ok {
-			fmt.Fprintf(stderr, "leaseplane detect: %s: line %d: %v\n", *events, ee.Index, ee.Err)
+			fmt.Fprintf(stderr, "leaseplane detect: %s: %s %d: %v\n", src, unit, ee.Index, ee.Err)
 		} else {
-			fmt.Fprintf(stderr, "leaseplane detect: %s: %v\n", *events, err)
+			fmt.Fprintf(stderr, "leaseplane detect: %s: %v\n", src, err)
 		}
 		return exitDetectUnreadable
 	}
@@ -114,6 +133,38 @@ func readEventLines(name string, stdin io.Reader) ([]detect.Entry, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, nil
+}
+
+// readBundle reads a ledger bundle, verifies it with the verifier key (or
+// a file holding it) and returns its entries, indexed as in the ledger.
+func readBundle(name, key string, stdin io.Reader) ([]detect.Entry, error) {
+	vkey := key
+	if !strings.Contains(vkey, "+") {
+		b, err := os.ReadFile(vkey)
+		if err != nil {
+			return nil, fmt.Errorf("--key is neither a verifier key nor a readable file: %w", err)
+		}
+		vkey = strings.TrimSpace(string(b))
+	}
+	var data []byte
+	var err error
+	if name == "-" {
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := kledger.VerifyBundle(data, vkey)
+	if err != nil {
+		return nil, fmt.Errorf("the bundle does not verify, so nothing in it is looked at: %w", err)
+	}
+	out := make([]detect.Entry, len(b.Entries))
+	for i, e := range b.Entries {
+		out[i] = detect.Entry{Index: int64(i), Data: e}
 	}
 	return out, nil
 }

@@ -12,6 +12,15 @@ import (
 func startServe(t *testing.T, flags ...string) (url, operator string) {
 	t.Helper()
 	data := t.TempDir()
+	url, _, _ = startServeAt(t, data, flags...)
+	operator = keysCLI(t, "create", "--data", data, "--workspace", firstWorkspace, "--operator")
+	return url, operator
+}
+
+// startServeAt runs `leaseplane serve` on data; stop ends it (cleanup
+// does too). out is what it printed.
+func startServeAt(t *testing.T, data string, flags ...string) (url string, out *syncBuffer, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errs := &syncBuffer{}, &syncBuffer{}
 	addr := make(chan string, 1)
@@ -28,14 +37,19 @@ func startServe(t *testing.T, flags ...string) (url, operator string) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve did not start listening within 60 s")
 	}
-	t.Cleanup(func() {
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
 		if code := <-done; code != 0 {
 			t.Errorf("serve exited %d: %s", code, errs)
 		}
-	})
-	operator = keysCLI(t, "create", "--data", data, "--workspace", firstWorkspace, "--operator")
-	return url, operator
+	}
+	t.Cleanup(stop)
+	return url, out, stop
 }
 
 func TestDrillVerb(t *testing.T) {

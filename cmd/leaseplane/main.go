@@ -37,7 +37,7 @@ var commands = []command{
 	{"ledger", "the signed ledger: ledger key | export | watch (see ledger -h)", runLedger},
 	{"verify", "check a receipt or a ledger bundle offline: verify --key VKEY FILE", runVerify},
 	{"drill", "run the six drills against the plane: drill [--wait] (operator key)", runDrill},
-	{"detect", "find leases that should never have coexisted: detect --events FILE", runDetect},
+	{"detect", "find leases that should never have coexisted: detect --key VKEY BUNDLE | detect --events FILE", runDetect},
 	{"version", "print the binary's version, the kernel's semantics version and the Go toolchain", runVersion},
 	{"site", "write the playground and the docs as static files: site OUTDIR (or site --listen ADDR to preview them)", runSite},
 }
