@@ -161,8 +161,8 @@ func TestRegistry(t *testing.T) {
 }
 
 // events replays a scenario in the native kernel and returns its events
-// as entries, with a ClassOf from the scenario's rules for events that
-// carry no class.
+// as entries. The kernel's events carry their class, so the detector
+// needs no rules.
 func events(t *testing.T, scen []byte) ([]detect.Entry, detect.Options) {
 	t.Helper()
 	s, err := scenario.Parse(scen)
@@ -184,15 +184,7 @@ func events(t *testing.T, scen []byte) ([]detect.Entry, detect.Options) {
 			t.Fatal(err)
 		}
 	}
-	classOf := func(res string) string {
-		for _, p := range rules.ReadShared {
-			if strings.HasPrefix(res, p) {
-				return detect.ClassReadShared
-			}
-		}
-		return detect.ClassExclusive
-	}
-	return out, detect.Options{ClassOf: classOf}
+	return out, detect.Options{}
 }
 
 // longRun is a scenario of n steps over a few agents and resources (some
@@ -251,6 +243,9 @@ func TestNothingInKernelRuns(t *testing.T) {
 				t.Fatalf("%s: the kernel's event %s does not parse: %v", name, e.Data, err)
 			}
 			kinds[ev.Type]++
+			if strings.HasPrefix(ev.Type, "coordination.") && ev.Class == "" {
+				t.Fatalf("%s: the kernel's event %s has no class", name, e.Data)
+			}
 		}
 		if fs := run(t, ents, opt); len(fs) > 0 {
 			t.Fatalf("%s: a clean kernel run has findings:\n%s", name, texts(fs))
