@@ -222,6 +222,12 @@ export class Kernel {
     return Number(new DataView(b.buffer).getBigInt64(0, true));
   }
 
+  // setSemantics makes the machine decide by semantics v from the next
+  // command on (replaying a log written under another one).
+  setSemantics(v) {
+    this.output(this.call("lp_set_semantics", v));
+  }
+
   snapshot() {
     return this.output(this.call("lp_snapshot"));
   }

@@ -109,6 +109,11 @@ export class Ledger {
     return this.output(this.call("lg_receipt", BigInt(i), BigInt(size), signedCheckpoint.length, entry.length));
   }
 
+  // semantics is the kernel semantics of this build.
+  semantics() {
+    return this.call("lg_semantics");
+  }
+
   keygen(origin) {
     const [signer, verifier] = dec.decode(this.output(this.call("lg_keygen", this.write(enc.encode(origin))))).split("\n");
     return { signer, verifier };

@@ -3,8 +3,9 @@
 // and keeps the truth in the object's SQLite storage:
 //
 //   meta      key/value: rules, name, clock (last nowMs recorded), offset
-//   log       every command that changed the machine, with its nowMs and
-//             the kernel version it ran under, written before the answer
+//   log       every command that changed the machine, with its nowMs, the
+//             kernel version and the semantics it ran under (a newer kernel
+//             replays an older log as it was decided), written before the answer
 //             leaves (workerd's output gate holds the response until the
 //             write is durable)
 //   snapshot  the machine's snapshot every SNAPSHOT_EVERY commands; the
@@ -97,13 +98,14 @@ export class Workspace extends DurableObject {
     this.kernel = null;
     this.sql.exec(`CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, op TEXT NOT NULL,
-      now_ms INTEGER NOT NULL, body BLOB NOT NULL, version TEXT NOT NULL)`);
+      now_ms INTEGER NOT NULL, body BLOB NOT NULL, version TEXT NOT NULL, semantics INTEGER NOT NULL DEFAULT 2)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
       seq INTEGER NOT NULL, data BLOB NOT NULL, version TEXT NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_entries (idx INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_hashes (idx INTEGER PRIMARY KEY, hash BLOB NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_grants (lease_id TEXT PRIMARY KEY, idx INTEGER NOT NULL)`);
     this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
+    this.semantics = this.ledger.semantics();
     this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
     this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
     this.rules = this.meta("rules");
@@ -117,10 +119,15 @@ export class Workspace extends DurableObject {
     else k.new(enc.encode(this.rules));
     let after = snap ? snap.seq : 0;
     this.seq = after;
-    for (const row of this.sql.exec(`SELECT seq, op, now_ms, body FROM log WHERE seq > ? ORDER BY seq`, after)) {
+    // Each logged command decides again by the semantics it was logged
+    // under; the machine then moves to this build's.
+    let sem = this.semantics;
+    for (const row of this.sql.exec(`SELECT seq, op, now_ms, body, semantics FROM log WHERE seq > ? ORDER BY seq`, after)) {
+      if (row.semantics !== sem) k.setSemantics((sem = row.semantics));
       k.apply(row.op, row.now_ms, new Uint8Array(row.body));
       this.seq = row.seq;
     }
+    if (sem !== this.semantics) k.setSemantics(this.semantics);
     this.kernel = k;
     this.version = k.version();
     this.sinceSnapshot = this.sql.exec(`SELECT count(*) AS n FROM log`).one().n;
@@ -216,8 +223,8 @@ export class Workspace extends DurableObject {
 
   record(op, now, body, events) {
     this.seq++;
-    this.sql.exec(`INSERT INTO log (seq, op, now_ms, body, version) VALUES (?, ?, ?, ?, ?)`,
-      this.seq, op, now, blob(body), this.version);
+    this.sql.exec(`INSERT INTO log (seq, op, now_ms, body, version, semantics) VALUES (?, ?, ?, ?, ?, ?)`,
+      this.seq, op, now, blob(body), this.version, this.semantics);
     this.appendEvents(events);
     if (now > this.last) {
       this.last = now;

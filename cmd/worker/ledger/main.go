@@ -39,6 +39,11 @@
 //	                                           checkpoint input[0:c] of size size
 //	lg_keygen(o u32) u64                       "signer\nverifier" for origin
 //	                                           input[0:o] (randomness: WASI)
+//	lg_semantics() u32                         kernel.Semantics of this build,
+//	                                           which is the kernel's own build
+//	                                           from the same sources: the
+//	                                           object records it with each
+//	                                           logged command
 package main
 
 import (
@@ -204,3 +209,6 @@ func keygen(o uint32) uint64 {
 	}
 	return result([]byte(signer+"\n"+verifier), nil)
 }
+
+//go:wasmexport lg_semantics
+func semantics() uint32 { return kernel.Semantics }
