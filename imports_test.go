@@ -107,7 +107,8 @@ var layers = map[string][]string{
 // homes maps each third-party library to the one package allowed to import
 // it (rule 2). A library matches its module path and the packages under it.
 // The test-only libraries check the ledger's interoperability and the MCP
-// tools' schemas; tests anywhere may import any library listed here.
+// tools' schemas, and porcupine checks linearizability; tests anywhere may
+// import any library listed here.
 var homes = map[string]string{
 	"github.com/tetratelabs/wazero":          "wasm/wazero",
 	"github.com/a-h/templ":                   "web",
@@ -119,10 +120,12 @@ var homes = map[string]string{
 	"golang.org/x/mod":                       "kernel/ledger",
 	"github.com/transparency-dev/formats":    "kernel/ledger",
 	"github.com/transparency-dev/merkle":     "kernel/ledger",
+	"github.com/anishathalye/porcupine":      "server/lincheck",
 }
 
 // testOnly are the libraries of homes that only tests may import.
-var testOnly = []string{"github.com/google/jsonschema-go", "github.com/transparency-dev/formats", "github.com/transparency-dev/merkle"}
+var testOnly = []string{"github.com/google/jsonschema-go", "github.com/transparency-dev/formats", "github.com/transparency-dev/merkle",
+	"github.com/anishathalye/porcupine"}
 
 // kernelThirdParty is the one exception to the kernel's standard library
 // only rule: kernel/ledger may import x/mod's tlog and note, which are pure

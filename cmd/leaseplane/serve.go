@@ -71,7 +71,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	noLedger := fs.Bool("no-ledger", false, "run without the signed ledger (to measure what it costs)")
 	publicHost := fs.String("public-host", "", "public host name put in front of the ledger origins of workspaces made from now on (HOST/leaseplane/W)")
 	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
-	testFault := fs.String("test-fault", "", "for tests of the drills only: no-alarms (arm no alarm) or wrong-deadlock (answer deadlock refusals as lease_held)")
+	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
 	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
@@ -136,8 +136,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		cfg.DisableAlarms = true
 	case "wrong-deadlock":
 		cfg.Engine = wrongDeadlockEngine{factory}
+	case "fail-commits":
+		cfg.CommitFault = failSomeCommits
+	case "grant-twice":
+		cfg.Engine = grantTwiceEngine{factory}
 	default:
-		fmt.Fprintf(stderr, "leaseplane serve: --test-fault %q: want no-alarms or wrong-deadlock\n", *testFault)
+		fmt.Fprintf(stderr, "leaseplane serve: --test-fault %q: want no-alarms, wrong-deadlock, fail-commits or grant-twice\n", *testFault)
 		return 2
 	}
 	if *drillSet != "" {
