@@ -112,6 +112,17 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./kernel
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./server
 
+# test-long: the linearizability check (server/lincheck) for ten minutes
+# with 32 clients, the plane SIGKILLed every 3 s on average and a commit
+# failpoint on, then every fuzz target for ten minutes. Figures:
+# docs/SECURITY.md. LINCHECK_TIME and LONG_FUZZTIME change the lengths.
+LINCHECK_TIME ?= 10m
+LONG_FUZZTIME ?= 10m
+test-long:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestLinearizableUnderKillsAndFailedCommits$$' ./server/lincheck \
+		-args -lincheck.duration $(LINCHECK_TIME) -lincheck.clients 32 -lincheck.kill-every 3s
+	$(MAKE) test-fuzz FUZZTIME=$(LONG_FUZZTIME)
+
 # test-fresh: a fresh clone with HOME and GOPATH temporary and no Node on
 # PATH: go install ./cmd/leaseplane, make check-wasm and make run work.
 test-fresh:
