@@ -7,8 +7,8 @@
   const $ = (id) => document.getElementById(id);
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
   const short = (d) => window.lpShort(d);
-  const OPS = ["acquire", "release", "wait", "tick", "suspend", "resume"];
-  const FIELDS = { acquire: ["resource", "actorDid", "mode"], release: ["resource", "actorDid", "leaseId"], suspend: ["actorDid"], resume: ["actorDid"], wait: [], tick: [] };
+  const OPS = ["acquire", "release", "wait", "tick", "suspend", "resume", "forget"];
+  const FIELDS = { acquire: ["resource", "actorDid", "mode"], release: ["resource", "actorDid", "leaseId"], suspend: ["actorDid"], resume: ["actorDid"], forget: ["actorDid"], wait: [], tick: [] };
   const corpus = JSON.parse($("corpus").textContent);
   const byName = new Map(corpus.map((e) => [e.Name, e]));
 
@@ -303,7 +303,9 @@
       if (a.reason === "lease_held") {
         const adm = a.stampede && Array.isArray(a.stampede.admitted) ? a.stampede.admitted : [];
         const pos = adm.indexOf(st.actorDid);
-        d = chip("holder", who(a.holder)) + chip("waitMs", esc(a.stampede?.waitMs)) +
+        // holder null: the resource is free, but admitted waiters' claims stand in the way.
+        const inWay = a.holder == null ? chip("claimed by", (a.claimants || []).map(who).join(", ")) : chip("holder", who(a.holder));
+        d = inWay + chip("waitMs", esc(a.stampede?.waitMs)) +
           chip("admitted", pos >= 0 ? `yes, ${pos + 1} of ${adm.length}` : `no (${adm.length} admitted)`, pos >= 0 ? "" : "warn");
       } else if (a.reason === "deadlock") {
         d = chip("holder", who(a.holder)) + chip("waitingOn", `<code>${esc(a.waitingOn)}</code>`, "dl") +
@@ -333,6 +335,9 @@
       const lapsed = evs.filter((e) => e.type === "coordination.expire");
       return { badge: `<span class="badge plain">tick</span>`, kind: "other",
         details: lapsed.map((e) => chip("lapsed", `${who(e.actorDid)} on <code>${esc(e.resource)}</code>`, "lapse")).join("") + chip("next alarm", a.nextAlarmMs == null ? "none" : esc(a.nextAlarmMs) + " ms") };
+    }
+    if (op === "forget") {
+      return { badge: `<span class="badge plain">${a.forgot ? "forgotten" : "nothing to forget"}</span>`, kind: "other", details: "" };
     }
     if (op === "suspend" || op === "resume") {
       const revoked = evs.filter((e) => e.type === "coordination.revoke").length;

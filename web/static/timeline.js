@@ -173,7 +173,7 @@
       } else if (m.kind === "lease_held") {
         nHeld++;
         const admitted = Array.isArray(a.stampede?.admitted) && a.stampede.admitted.includes(m.actor);
-        out.push(`<g class="mark held${admitted ? "" : " not-admitted"}" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused lease_held at ${m.at} ms · holder ${a.holder} · waitMs ${a.stampede?.waitMs} · ${admitted ? "admitted" : "not admitted"}`)}</title>`);
+        out.push(`<g class="mark held${admitted ? "" : " not-admitted"}" data-step="${m.step}"><title>${esc(`step ${m.step + 1}: ${m.actor} refused lease_held at ${m.at} ms · ${a.holder == null ? "claimed by " + (a.claimants || []).join(", ") : "holder " + a.holder} · waitMs ${a.stampede?.waitMs} · ${admitted ? "admitted" : "not admitted"}`)}</title>`);
         // Its height is the back-off it was told (stampede.waitMs, up to 800 ms).
         const wait = Math.min(800, Math.max(0, Number(a.stampede?.waitMs) || 0));
         const h = 3 + Math.round((wait / 800) * 14);

@@ -1,0 +1,49 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestWorkspaceGauges: /metrics shows what each workspace's machine holds,
+// and the counts fall back once what was live is released (memory follows
+// what is live).
+func TestWorkspaceGauges(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	ts.lease("lock:a", "did:example:one")
+	ts.lease("lock:b", "did:example:one")
+	ts.lease("lock:a", "did:example:two") // a waiter
+	gauges := func() string {
+		t.Helper()
+		st, _, b := ts.do("GET", "/metrics", "", "")
+		if st != 200 {
+			t.Fatalf("/metrics: %d", st)
+		}
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "leaseplane_workspace_") && strings.Contains(l, `workspace="default"`) {
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	want := `leaseplane_workspace_agents{workspace="default"} 2
+leaseplane_workspace_leases{workspace="default"} 2
+leaseplane_workspace_resources{workspace="default"} 2
+leaseplane_workspace_waiters{workspace="default"} 1`
+	if got := gauges(); got != want {
+		t.Errorf("gauges:\n%s\nwant\n%s", got, want)
+	}
+	for _, r := range []string{"lock:a", "lock:b"} {
+		ts.do("POST", RouteRelease, ts.key, `{"resource":"`+r+`","actorDid":"did:example:one"}`)
+	}
+	ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:two"}`)
+	// one keeps a trust record (+1); two, with trust 0 and nothing live, is forgotten.
+	want = `leaseplane_workspace_agents{workspace="default"} 1
+leaseplane_workspace_leases{workspace="default"} 0
+leaseplane_workspace_resources{workspace="default"} 0
+leaseplane_workspace_waiters{workspace="default"} 0`
+	if got := gauges(); got != want {
+		t.Errorf("gauges after the releases:\n%s\nwant\n%s", got, want)
+	}
+}
