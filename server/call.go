@@ -104,14 +104,22 @@ func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []by
 // decideAs applies one command for the holder of k; s.life is held for
 // reading and the server is open.
 func (s *Server) decideAs(ctx context.Context, k store.Key, op kernel.Op, body []byte) reply {
+	r, _ := s.decideAsNotify(ctx, k, op, body)
+	return r
+}
+
+// decideAsNotify is decideAs that also returns a channel closed at the
+// workspace's next change that may free a resource after this command (nil
+// when the command never reached the workspace).
+func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, body []byte) (reply, <-chan struct{}) {
 	switch op {
 	case kernel.OpAcquire, kernel.OpRelease, kernel.OpWait:
 	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
 		if k.Role != store.RoleOperator {
-			return refusal(403, ReasonForbidden, string(op)+" needs an operator key; this is a "+string(k.Role)+" key")
+			return refusal(403, ReasonForbidden, string(op)+" needs an operator key; this is a "+string(k.Role)+" key"), nil
 		}
 	default:
-		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend, resume or forget")}
+		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend, resume or forget")}, nil
 	}
 	if k.Role == store.RoleAgent && op != kernel.OpWait {
 		// Only an agent key needs the actorDid before the engine sees the
@@ -119,24 +127,25 @@ func (s *Server) decideAs(ctx context.Context, k store.Key, op kernel.Op, body [
 		// input with the same answer.
 		c, err := kernel.DecodeRequest(op, 0, body)
 		if err != nil {
-			return reply{status: 400, answer: kernel.InvalidAnswer(err.Error())}
+			return reply{status: 400, answer: kernel.InvalidAnswer(err.Error())}, nil
 		}
 		if c.ActorDid != k.AgentDID {
-			return refusalActor(k.AgentDID, c.ActorDid)
+			return refusalActor(k.AgentDID, c.ActorDid), nil
 		}
 	}
 	ws, err := s.workspace(k.WorkspaceID)
 	if err != nil {
 		s.log.Error("workspace unavailable", "workspace", k.Workspace, "err", err)
-		return unavailable(err)
+		return unavailable(err), nil
 	}
 	ws.mu.Lock()
 	a := s.applyLocked(ws, op, body) // never panics
+	changed := ws.changedLocked()
 	ws.mu.Unlock()
 	if err := a.wait(); err != nil {
-		return unavailable(err)
+		return unavailable(err), nil
 	}
-	return reply{status: a.res.Status, retryAfter: a.res.RetryAfterSec, answer: a.res.Answer}
+	return reply{status: a.res.Status, retryAfter: a.res.RetryAfterSec, answer: a.res.Answer}, changed
 }
 
 func refusal(status int, reason, msg string) reply {

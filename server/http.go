@@ -99,7 +99,16 @@ func (s *Server) route(method string, op kernel.Op) http.Handler {
 				return
 			}
 		}
-		rep = s.callAs(r.Context(), k, op, body, start)
+		if waitUpTo := r.URL.Query().Get("waitUpToMs"); op == kernel.OpAcquire && waitUpTo != "" {
+			d, err := ParseWaitUpTo(waitUpTo)
+			if err != nil {
+				writeReply(w, refusal(400, kernel.ReasonInvalid, err.Error()))
+				return
+			}
+			rep = s.callHeld(r.Context(), k, body, d)
+		} else {
+			rep = s.callAs(r.Context(), k, op, body, start)
+		}
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rep.status,
 				"remote", r.RemoteAddr, "us", time.Since(start).Microseconds())

@@ -176,6 +176,10 @@ type Server struct {
 	// runs; Shutdown takes it for writing, so it waits for them.
 	life   sync.RWMutex
 	closed bool
+	// draining is closed when Shutdown begins: held lease requests answer
+	// their last refusal instead of holding the drain up.
+	draining  chan struct{}
+	drainOnce sync.Once
 
 	httpMu  sync.Mutex
 	httpSrv []*http.Server
@@ -252,6 +256,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg:        cfg,
+		draining:   make(chan struct{}),
 		log:        log,
 		engine:     cfg.Engine,
 		store:      st,
@@ -366,6 +371,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // answered 503. ctx bounds the wait for HTTP requests; when it ends, the
 // connections left are closed.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.drainOnce.Do(func() { close(s.draining) })
 	var first error
 	s.httpMu.Lock()
 	s.httpDown = true

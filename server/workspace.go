@@ -39,6 +39,15 @@ type workspace struct {
 	alarmAt   int64 // the time the armed timer ticks at; 0 when none
 	alarmStop func() bool
 
+	// changed is closed (and cleared) at the next change that may free a
+	// resource, waking the lease requests held on it (hold.go).
+	changed chan struct{}
+	// holding counts the requests held on ws; while there are any,
+	// released counts the releases per resource and agent
+	// (resource + "\x00" + actorDid), which end that agent's hold.
+	holding  int
+	released map[string]uint64
+
 	// gen rises when the machine in memory may differ from the disk (a
 	// failed commit, an engine failure); commands then wait for a reload.
 	gen atomic.Uint64
@@ -167,6 +176,7 @@ func (s *Server) load(ws *workspace) error {
 	ws.last = nil
 	ws.loaded = gen
 	ws.alarmAt = 0
+	ws.notifyLocked()
 	s.arm(ws)
 	s.log.Info("workspace loaded", "workspace", ws.name, "snapshotSeq", snapSeq, "replayed", len(recs),
 		"ms", time.Since(start).Milliseconds())
@@ -233,6 +243,22 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 	}
 	now := s.nowMs()
 	clockOnly := s.onlyMovesClock(ws, op, now)
+	// With requests held on ws, a command that comes at or after the next
+	// alarm wakes them: the kernel lapses what is due (a lease, a waiter, a
+	// claim) before deciding, so the alarm's own tick may find nothing due.
+	lapses := false
+	if ws.changed != nil {
+		at, ok, err := ws.eng.NextAlarm()
+		lapses = err == nil && ok && at <= now
+	}
+	if op == kernel.OpRelease && ws.holding > 0 {
+		if c, err := kernel.DecodeRequest(op, 0, body); err == nil {
+			if ws.released == nil {
+				ws.released = map[string]uint64{}
+			}
+			ws.released[c.Resource+"\x00"+c.ActorDid]++
+		}
+	}
 	res, err := ws.eng.Apply(op, now, body)
 	if err != nil {
 		ws.gen.Add(1)
@@ -240,6 +266,9 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		return applied{err: fmt.Errorf("engine: %w", err)}
 	}
 	out = applied{res: res}
+	if lapses || mayFree(op, res) {
+		ws.notifyLocked()
+	}
 	if ws.tape != nil {
 		ws.tape = append(ws.tape, tapeEntry{op: op, nowMs: now, body: bytes.Clone(body), status: res.Status,
 			answer: bytes.Clone(res.Answer), events: bytes.Clone(res.Events), changed: res.Changed && !clockOnly})

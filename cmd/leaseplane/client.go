@@ -33,8 +33,9 @@ const (
 // LEASEPLANE_URL.
 const defaultURL = "http://127.0.0.1:8080"
 
-// requestTimeout bounds one HTTP exchange of the client verbs.
-const requestTimeout = 30 * time.Second
+// requestTimeout bounds one HTTP exchange of the client verbs: a held
+// lease request (--wait, exec) takes up to 30 s at the plane.
+const requestTimeout = client.MaxWaitUpTo + 15*time.Second
 
 // planeClient builds a client from LEASEPLANE_URL and LEASEPLANE_KEY.
 func planeClient() *client.Client {
@@ -94,18 +95,32 @@ func parseResourceVerb(name, usageLine, summary string, args []string, stderr io
 
 func runLease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var mode, receipt *string
+	var wait *time.Duration
 	resource, as, status, ok := parseResourceVerb("lease",
-		"leaseplane lease RESOURCE --as DID [--mode read|write|delete] [--receipt FILE]",
-		"Acquires RESOURCE, or renews the lease the agent holds on it, and prints the answer JSON.",
+		"leaseplane lease RESOURCE --as DID [--mode read|write|delete] [--wait DURATION] [--receipt FILE]",
+		"Acquires RESOURCE, or renews the lease the agent holds on it, and prints the answer JSON.\n"+
+			"With --wait, lease_held is not the answer until the time is up: the plane holds the request\n"+
+			"(30 s at most per request) and answers as soon as the resource is the agent's.",
 		args, stderr, func(fs *flag.FlagSet) {
 			mode = fs.String("mode", "", "read, write or delete (default write)")
+			wait = fs.Duration("wait", 0, "wait up to this long for the lease, e.g. 10s or 2m (default: answer at once)")
 			receipt = fs.String("receipt", "", "save the grant's signed receipt (c2sp.org/tlog-proof@v1) to FILE")
 		})
 	if !ok {
 		return status
 	}
+	if *wait < 0 {
+		fmt.Fprintf(stderr, "leaseplane lease: --wait %s is negative\n", *wait)
+		return exitUsage
+	}
 	body, _ := json.Marshal(client.AcquireRequest{Resource: resource, ActorDid: as, Mode: *mode})
-	st, a := callAndPrintAnswer("lease", kernel.OpAcquire, body, stdout, stderr)
+	var st int
+	var a *client.Answer
+	if *wait > 0 {
+		st, a = leaseWaiting(body, *wait, stdout, stderr)
+	} else {
+		st, a = callAndPrintAnswer("lease", kernel.OpAcquire, body, stdout, stderr)
+	}
 	if st == exitOK && *receipt != "" && a != nil && a.Lease != nil {
 		if err := saveReceipt(planeClient(), a.Lease.ID, *receipt); err != nil {
 			fmt.Fprintf(stderr, "leaseplane lease: the lease is granted, but its receipt was not saved: %v\n", err)
@@ -167,6 +182,35 @@ func callAndPrintAnswer(verb string, op kernel.Op, body []byte, stdout, stderr i
 		fmt.Fprintf(stderr, "leaseplane %s: cannot reach the plane: %v\n", verb, err)
 		return exitRefused, nil
 	}
+	return printAnswer(verb, status, answer, stdout, stderr)
+}
+
+// leaseWaiting asks for a lease in requests the plane holds (waitUpToMs)
+// until it is granted, refused otherwise than lease_held, or wait has
+// passed; it prints the last answer as callAndPrintAnswer does.
+func leaseWaiting(body []byte, wait time.Duration, stdout, stderr io.Writer) (int, *client.Answer) {
+	c := planeClient()
+	deadline := time.Now().Add(wait)
+	for {
+		left := time.Until(deadline)
+		ctx, cancel := context.WithTimeout(context.Background(), left+requestTimeout)
+		status, answer, err := c.CallWaiting(ctx, body, left)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "leaseplane lease: cannot reach the plane: %v\n", err)
+			return exitRefused, nil
+		}
+		// A plane holds one request 30 s at most: ask again while time is left.
+		if a, derr := decodeAnswer(status, answer); derr == nil && a.Reason == kernel.ReasonLeaseHeld && time.Until(deadline) > 0 {
+			continue
+		}
+		return printAnswer("lease", status, answer, stdout, stderr)
+	}
+}
+
+// printAnswer prints an answer body on stdout and, on a refusal, one line
+// on stderr; it returns the exit status and the decoded answer.
+func printAnswer(verb string, status int, answer []byte, stdout, stderr io.Writer) (int, *client.Answer) {
 	stdout.Write(answer)
 	if len(answer) > 0 && answer[len(answer)-1] != '\n' {
 		fmt.Fprintln(stdout)

@@ -125,30 +125,74 @@ func TestExecDeadlock(t *testing.T) {
 	}
 }
 
-func TestExecWaitsAsAdvised(t *testing.T) {
+// untilWaiting returns once did shows as a waiter in the queues: its
+// held request has been refused once and is being held by the plane.
+func untilWaiting(t *testing.T, did string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		for _, q := range queues(t).Queues {
+			for _, w := range q.Waiters {
+				if w.ActorDid == did {
+					return
+				}
+			}
+		}
+		if i > 20000 {
+			t.Fatalf("%s never showed as a waiter", did)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// exec waits in requests the plane holds: b's release answers a's request
+// with the grant, with no back-off sleep and no time passing.
+func TestExecWaitsHeld(t *testing.T) {
 	startPlane(t)
 	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
-	// The first back-off is the plane's waitMs (50 ms for the first waiter);
-	// during it b releases, and the next try is granted.
-	var released bool
 	h := hookExec(t, func(h *execHooks, ctx context.Context, d time.Duration) error {
-		if released {
-			<-ctx.Done() // renewal sleeps: the child ends first
-			return ctx.Err()
-		}
-		released = true
-		mustCLI(t, 0, "release", "r", "--as", "did:web:b")
-		return nil
+		<-ctx.Done() // renewal sleeps: the child ends first
+		return ctx.Err()
 	})
-	code, out, errOut := cli(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c", `echo "$LEASEPLANE_FENCE"`)
-	if code != 0 || out != "2\n" {
-		t.Fatalf("exit %d stdout %q stderr %q", code, out, errOut)
+	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c", `echo "$LEASEPLANE_FENCE"`)
+	untilWaiting(t, "did:web:a")
+	mustCLI(t, 0, "release", "r", "--as", "did:web:b")
+	r := <-done
+	if r.code != 0 || r.out != "2\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
-	if len(h.slept) == 0 || h.slept[0] != 50*time.Millisecond || (len(h.slept) > 1 && h.slept[1] != client.DefaultRenewEvery) {
-		t.Errorf("slept %v, want 50ms then at most one renewal sleep", h.slept)
+	for _, d := range h.slept {
+		if d != client.DefaultRenewEvery {
+			t.Errorf("slept %v while waiting, want no back-off sleeps (slept %v)", d, h.slept)
+		}
 	}
-	if !strings.Contains(errOut, "r is held by did:web:b; waiting (retry in 50ms)") {
-		t.Errorf("stderr %q does not say who holds r", errOut)
+}
+
+// --timeout bounds the held requests; the plane answers lease_held when
+// its clock reaches the end, and exec exits 5.
+func TestExecTimeoutWhileHeld(t *testing.T) {
+	p := startPlane(t)
+	h := hookExec(t, func(h *execHooks, ctx context.Context, d time.Duration) error { p.clock.Advance(d); return nil })
+	execNow = p.clock.Now
+	_ = h
+	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
+	marker := filepath.Join(t.TempDir(), "ran")
+	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--timeout", "1s", "--", "touch", marker)
+	untilWaiting(t, "did:web:a")
+	p.clock.Advance(time.Second)
+	r := <-done
+	if r.code != exitTimeout || !strings.Contains(r.errOut, "timed out after 1s waiting for r (held by did:web:b)") {
+		t.Fatalf("exit %d stderr %q; want %d and the timeout", r.code, r.errOut, exitTimeout)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran without its lease")
+	}
+	// The timed-out agent gave up its place in the queue.
+	for _, q := range queues(t).Queues {
+		for _, w := range q.Waiters {
+			if w.ActorDid == "did:web:a" {
+				t.Errorf("did:web:a still waits on %s", q.Resource)
+			}
+		}
 	}
 }
 
@@ -163,8 +207,6 @@ func TestExecTimeoutSuspendedAndUsage(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{[]string{"exec", "r", "--as", "did:web:a", "--timeout", "1s", "--", "touch", marker}, exitTimeout,
-			"timed out after 1s waiting for r (held by did:web:b)"},
 		{[]string{"exec", "r", "--as", "did:web:s", "--", "touch", marker}, exitSuspended, "leaseplane exec: suspended"},
 		{[]string{"exec", "r", "--as", "did:web:a", "--mode", "scribble", "--", "touch", marker}, exitRefused,
 			"acquire refused: invalid_request (HTTP 400)"},
@@ -369,15 +411,16 @@ func TestExecForwardsSignals(t *testing.T) {
 func TestExecInterruptedWhileWaiting(t *testing.T) {
 	startPlane(t)
 	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
-	var h *execHooks
-	h = hookExec(t, func(_ *execHooks, ctx context.Context, d time.Duration) error {
-		h.sigs <- syscall.SIGINT
+	h := hookExec(t, func(_ *execHooks, ctx context.Context, d time.Duration) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	code, out, errOut := cli(t, "exec", "r", "--as", "did:web:a", "--", "echo", "ran")
-	if code != 130 || out != "" || !strings.Contains(errOut, "interrupted by interrupt while waiting for r") {
-		t.Fatalf("exit %d stdout %q stderr %q", code, out, errOut)
+	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "echo", "ran")
+	untilWaiting(t, "did:web:a")
+	h.sigs <- syscall.SIGINT
+	r := <-done
+	if r.code != 130 || r.out != "" || !strings.Contains(r.errOut, "interrupted by interrupt while waiting for r") {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
 	w := queues(t)
 	if len(w.Queues) != 1 || len(w.Queues[0].Waiters) != 0 {

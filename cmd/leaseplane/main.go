@@ -51,7 +51,12 @@ var engines = map[string]func() (kernel.Factory, error){
 
 // mounts are what serve adds to the server beside its REST routes: the
 // MCP tools at /mcp (mcp.go) and the pages at / (site.go).
-var mounts = []func(*server.Server) error{mountMCP, mountWeb}
+var mounts = []func(*server.Server, mountOptions) error{mountMCP, mountWeb}
+
+// mountOptions are serve's flags that concern what it mounts.
+type mountOptions struct {
+	mcpToolNames string // mcp.NamesDotted or mcp.NamesUnderscore
+}
 
 // engineNames are the names of engines, sorted.
 func engineNames() []string {

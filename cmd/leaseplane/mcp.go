@@ -28,8 +28,8 @@ const MCPPath = "/mcp"
 
 // mountMCP mounts the MCP tools at MCPPath on the server, over the same
 // request path as REST (Server.Call): same keys, same rules.
-func mountMCP(s *server.Server) error {
-	s.Handle(MCPPath, mcp.Handler(s, mcp.Options{}))
+func mountMCP(s *server.Server, o mountOptions) error {
+	s.Handle(MCPPath, mcp.Handler(s, mcp.Options{ToolNames: o.mcpToolNames}))
 	return nil
 }
 
@@ -39,6 +39,10 @@ type clientBackend struct{ c *client.Client }
 
 func (b clientBackend) Call(ctx context.Context, _ string, op kernel.Op, body []byte) (int, []byte, error) {
 	return b.c.Call(ctx, op, body)
+}
+
+func (b clientBackend) CallWaiting(ctx context.Context, _ string, body []byte, waitUpTo time.Duration) (int, []byte, error) {
+	return b.c.CallWaiting(ctx, body, waitUpTo)
 }
 
 // nopWriteCloser lets the process's stdout serve as the transport's writer
@@ -55,6 +59,7 @@ func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		url = defaultPlaneURL
 	}
 	fs.StringVar(&url, "url", url, "base URL of the running plane (default from $LEASEPLANE_URL)")
+	toolNames := fs.String("mcp-tool-names", mcp.NamesDotted, "how tools/list spells the tools: dotted (coordination.lease.acquire) or underscore (coordination_lease_acquire, for Claude Desktop, Codex, Copilot); tools/call takes both")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane mcp [--url URL]")
 		fmt.Fprintln(stderr, "\nServes coordination.lease.acquire, coordination.lease.release and coordination.wait")
@@ -69,6 +74,11 @@ func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	names, err := mcp.ParseToolNames(*toolNames)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane mcp: --mcp-tool-names: %v\n", err)
+		return 2
+	}
 	if u, err := neturl.Parse(url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		fmt.Fprintf(stderr, "leaseplane mcp: plane URL %q: want http://HOST:PORT or https://HOST (set LEASEPLANE_URL or --url)\n", url)
 		return 2
@@ -79,10 +89,11 @@ func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	b := clientBackend{client.New(url, key, &http.Client{Timeout: 30 * time.Second})}
+	b := clientBackend{client.New(url, key, &http.Client{Timeout: requestTimeout})}
 	opts := mcp.Options{
-		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		AuthHint: "set LEASEPLANE_KEY to a workspace or agent key of the plane at " + url,
+		ToolNames: names,
+		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		AuthHint:  "set LEASEPLANE_KEY to a workspace or agent key of the plane at " + url,
 	}
 	if err := mcp.ServeStdio(ctx, b, key, io.NopCloser(stdin), nopWriteCloser{stdout}, opts); err != nil {
 		fmt.Fprintf(stderr, "leaseplane mcp: %v\n", err)

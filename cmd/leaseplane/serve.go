@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/mcp"
 )
 
 // defaultEngine is what serve runs without --engine. The issue asks for
@@ -70,6 +71,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines instead of text")
 	noLedger := fs.Bool("no-ledger", false, "run without the signed ledger (to measure what it costs)")
 	publicHost := fs.String("public-host", "", "public host name put in front of the ledger origins of workspaces made from now on (HOST/leaseplane/W)")
+	mcpNames := fs.String("mcp-tool-names", mcp.NamesDotted, "how /mcp's tools/list spells the tools: dotted (coordination.lease.acquire) or underscore (coordination_lease_acquire, for Claude Desktop, Codex, Copilot); tools/call takes both")
 	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
 	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
 	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
@@ -96,6 +98,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		logger = slog.New(slog.NewJSONHandler(stderr, hopts))
 	} else {
 		logger = slog.New(slog.NewTextHandler(stderr, hopts))
+	}
+	toolNames, err := mcp.ParseToolNames(*mcpNames)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane serve: --mcp-tool-names: %v\n", err)
+		return 2
 	}
 	mk, ok := engines[*engine]
 	if !ok {
@@ -172,7 +179,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		return 1
 	}
 	for _, mount := range mounts {
-		if err := mount(srv); err != nil {
+		if err := mount(srv, mountOptions{mcpToolNames: toolNames}); err != nil {
 			fmt.Fprintf(stderr, "leaseplane serve: %v\n", err)
 			shutdown()
 			return 1

@@ -15,7 +15,7 @@ import (
 // mountWeb serves web.Handler (the playground, the docs and their static
 // files, / sent to the playground) at / beside the API: the server's own
 // routes are more specific, so they win.
-func mountWeb(s *server.Server) error {
+func mountWeb(s *server.Server, _ mountOptions) error {
 	s.Handle("/", web.Handler())
 	return nil
 }

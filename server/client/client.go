@@ -76,7 +76,46 @@ func (c *Client) Call(ctx context.Context, op kernel.Op, body []byte) (status in
 	return r.status, r.body, nil
 }
 
+// MaxWaitUpTo is the longest the plane holds a lease request
+// (waitUpToMs ≤ 30000).
+const MaxWaitUpTo = 30 * time.Second
+
+// CallWaiting sends an acquire that the plane may hold up to waitUpTo
+// (POST lease?waitUpToMs=N, capped at MaxWaitUpTo): the plane answers the
+// grant as soon as the resource is the caller's, a deadlock or any other
+// refusal at once, or the last lease_held when the time is up.
+func (c *Client) CallWaiting(ctx context.Context, body []byte, waitUpTo time.Duration) (status int, answer []byte, err error) {
+	r, err := c.doQuery(ctx, kernel.OpAcquire, body, waitQuery(waitUpTo))
+	if err != nil {
+		return 0, nil, err
+	}
+	return r.status, r.body, nil
+}
+
+// AcquireWaiting is Acquire held by the plane up to waitUpTo (see
+// CallWaiting).
+func (c *Client) AcquireWaiting(ctx context.Context, req AcquireRequest, waitUpTo time.Duration) (*Answer, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("leaseplane client: encoding acquire: %w", err)
+	}
+	r, err := c.doQuery(ctx, kernel.OpAcquire, body, waitQuery(waitUpTo))
+	if err != nil {
+		return nil, err
+	}
+	return answerOf(kernel.OpAcquire, r)
+}
+
+func waitQuery(d time.Duration) string {
+	d = max(0, min(d, MaxWaitUpTo))
+	return "?waitUpToMs=" + strconv.FormatInt(d.Milliseconds(), 10)
+}
+
 func (c *Client) do(ctx context.Context, op kernel.Op, body []byte) (response, error) {
+	return c.doQuery(ctx, op, body, "")
+}
+
+func (c *Client) doQuery(ctx context.Context, op kernel.Op, body []byte, query string) (response, error) {
 	var method, path string
 	switch op {
 	case kernel.OpAcquire:
@@ -89,7 +128,7 @@ func (c *Client) do(ctx context.Context, op kernel.Op, body []byte) (response, e
 	default:
 		return response{}, fmt.Errorf("leaseplane client: op %q has no REST route (want acquire, release or wait)", op)
 	}
-	return c.send(ctx, method, path, body)
+	return c.send(ctx, method, path+query, body)
 }
 
 // Request sends body (nil for none) to path with method and returns the
@@ -289,6 +328,10 @@ func (c *Client) answer(ctx context.Context, op kernel.Op, body []byte) (*Answer
 	if err != nil {
 		return nil, err
 	}
+	return answerOf(op, r)
+}
+
+func answerOf(op kernel.Op, r response) (*Answer, error) {
 	a := &Answer{}
 	if err := decode(op, r, a); err != nil {
 		return nil, err

@@ -15,8 +15,8 @@ import (
 const DefaultRenewEvery = 10 * time.Second
 
 // Holder holds one lease around a piece of work, the way `etcdctl lock`
-// and `consul lock` do: it waits for the lease as the plane advises
-// (stampede.waitMs on lease_held), stops on deadlock or suspension, renews
+// and `consul lock` do: it waits for the lease in requests the plane holds
+// until the resource is free (see Acquire), stops on deadlock or suspension, renews
 // while the work runs, and releases when it ends.
 //
 // Now and Sleep are the clock; tests replace them to drive renewal without
@@ -145,14 +145,27 @@ const unavailableWait = time.Second
 // suspension and refusals that retrying cannot fix, a *TimeoutError when
 // Timeout runs out, ctx's error when ctx ends, and a transport error when
 // the plane cannot be reached.
+//
+// Each request asks the plane to hold it (waitUpToMs) for what is left of
+// Timeout, at most MaxWaitUpTo: the plane answers when the resource is
+// free for this agent, so a wait costs one request per 30 s instead of one
+// per back-off step. A lease_held answered before its hold ran out (a
+// plane that does not hold requests, or one shutting down) is followed by
+// the advised back-off instead.
 func (h *Holder) Acquire(ctx context.Context) (*Lease, error) {
 	start := h.now()
 	lastHolder := ""
 	for {
-		a, err := h.Client.Acquire(ctx, h.Req)
+		hold := MaxWaitUpTo
+		if h.Timeout > 0 {
+			hold = min(hold, h.Timeout-h.now().Sub(start))
+		}
+		sent := h.now()
+		a, err := h.Client.AcquireWaiting(ctx, h.Req, hold)
 		if err != nil {
 			return nil, err
 		}
+		held := hold > 0 && h.now().Sub(sent) >= hold
 		var wait time.Duration
 		switch {
 		case a.OK && a.Lease != nil:
@@ -166,8 +179,11 @@ func (h *Holder) Acquire(ctx context.Context) (*Lease, error) {
 				wait = time.Duration(a.Stampede.WaitMs) * time.Millisecond
 			}
 			if a.Holder != lastHolder {
-				h.logf("%s is held by %s; waiting (retry in %s)", h.Req.Resource, a.Holder, wait)
+				h.logf("%s is held by %s; waiting", h.Req.Resource, a.Holder)
 				lastHolder = a.Holder
+			}
+			if held {
+				wait = 0 // the plane held the request to its end: ask again at once
 			}
 		case a.Status == 503:
 			wait = unavailableWait
@@ -184,6 +200,9 @@ func (h *Holder) Acquire(ctx context.Context) (*Lease, error) {
 				return nil, &TimeoutError{Resource: h.Req.Resource, Waited: h.now().Sub(start), Holder: lastHolder}
 			}
 			wait = min(wait, left)
+		}
+		if wait == 0 {
+			continue
 		}
 		if err := h.sleep(ctx, wait); err != nil {
 			return nil, err

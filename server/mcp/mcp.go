@@ -23,9 +23,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -42,6 +44,18 @@ type Backend interface {
 	Call(ctx context.Context, key string, op kernel.Op, body []byte) (status int, answer []byte, err error)
 }
 
+// WaitingBackend is a Backend that can also hold an acquire up to
+// waitUpTo (POST lease?waitUpToMs=N), answering when the resource is the
+// caller's or the time is up. The acquire tool's waitUpToMs argument needs
+// it; *server.Server and the stdio adapter implement it.
+type WaitingBackend interface {
+	Backend
+	CallWaiting(ctx context.Context, key string, body []byte, waitUpTo time.Duration) (status int, answer []byte, err error)
+}
+
+// maxWaitUpToMs is the longest the plane holds an acquire.
+const maxWaitUpToMs = 30000
+
 // Options configure the MCP server. The zero value is usable.
 type Options struct {
 	// Version is reported as the server's version in the MCP handshake;
@@ -53,6 +67,12 @@ type Options struct {
 	// the agent's operator where the key comes from (the stdio server says
 	// "set LEASEPLANE_KEY").
 	AuthHint string
+	// ToolNames is how tools/list spells the tool names: NamesDotted (the
+	// default, coordination.lease.acquire) or NamesUnderscore
+	// (coordination_lease_acquire), for clients that accept only
+	// ^[a-zA-Z0-9_-]{1,64}$ (Claude Desktop, Codex, Copilot CLI).
+	// tools/call accepts both spellings whichever is listed.
+	ToolNames string
 }
 
 // Tool names, as clients call them.
@@ -61,6 +81,27 @@ const (
 	ToolRelease = "coordination.lease.release"
 	ToolWait    = "coordination.wait"
 )
+
+// The spellings of Options.ToolNames.
+const (
+	NamesDotted     = "dotted"
+	NamesUnderscore = "underscore"
+)
+
+// ParseToolNames checks a --mcp-tool-names value: "" is dotted.
+func ParseToolNames(v string) (string, error) {
+	switch v {
+	case "", NamesDotted:
+		return NamesDotted, nil
+	case NamesUnderscore:
+		return NamesUnderscore, nil
+	}
+	return "", fmt.Errorf("tool names must be %s or %s, not %q", NamesDotted, NamesUnderscore, v)
+}
+
+// Underscored is a tool name with its dots as underscores
+// (coordination_lease_acquire).
+func Underscored(name string) string { return strings.ReplaceAll(name, ".", "_") }
 
 // refusals are the reasons that are decisions of the plane, returned as
 // normal tool results: the agent is expected to act on them.
@@ -75,11 +116,11 @@ const acquireDescription = `Ask the lease plane for a lease on a shared resource
 
 A lease is a short, exclusive claim: while you hold the lease on a resource (a deploy slot, a file, a cloud account, any name your team agrees on, such as "lock:deploy/production"), no other agent is granted it. Every lease lapses 30000 ms after it was granted or last renewed, so an agent that crashes never blocks the others for long.
 
-Arguments: resource (the name, 1-256 bytes), actorDid (your own DID, starting with "did:"; a key issued to an agent may only name that agent), ttlMs (optional, accepted for compatibility and dropped: every lease runs 30000 ms).
+Arguments: resource (the name, 1-256 bytes), actorDid (your own DID, starting with "did:"; a key issued to an agent may only name that agent), waitUpToMs (optional, at most 30000: when the resource is held, the plane keeps your call open and answers as soon as the lease is yours, or lease_held when the time is up), ttlMs (optional, accepted for compatibility and dropped: every lease runs 30000 ms).
 
 Read "ok" in the result:
 - ok true: you hold the lease; "lease" has its id, fence (a counter you can pass downstream as a fencing token) and expiresAtMs. Do your work, then call coordination.lease.release. Calling acquire again while you hold it renews it for another 30000 ms.
-- reason "lease_held": another agent ("holder") has it and you are now queued. Wait stampede.waitMs milliseconds, then call acquire again; do not retry sooner, and do not act on the resource meanwhile.
+- reason "lease_held": another agent ("holder") has it and you are now queued. Call acquire again with waitUpToMs (say 30000) to wait for it, or wait stampede.waitMs milliseconds before asking again; do not retry sooner, and do not act on the resource meanwhile.
 - reason "deadlock": granting would close a wait cycle: "holder" has what you ask for and is itself waiting (on "waitingOn") for something you hold; "cycle" lists the agents and resources around the loop. Waiting will never succeed: release the leases you hold, then start over.
 - reason "suspended": an operator has stopped you; stop and report to a person.`
 
@@ -91,7 +132,7 @@ const waitDescription = `Read the lease plane's queues: for every resource that 
 
 Use it to see who holds what before asking, or to find the agents you are waiting on. Waiters not admitted (beyond the first 8) should back off longer.`
 
-const instructions = `leaseplane coordinates agents that share resources. Before acting on a shared resource, call coordination.lease.acquire; act only when the result has ok true; call coordination.lease.release when done. On lease_held wait stampede.waitMs and ask again; on deadlock release what you hold.`
+const instructions = `leaseplane coordinates agents that share resources. Before acting on a shared resource, call coordination.lease.acquire; act only when the result has ok true; call coordination.lease.release when done. On lease_held ask again with waitUpToMs (up to 30000) to be answered when the lease is yours; on deadlock release what you hold.`
 
 // Output schemas: loose objects that every REST answer of the tool fits,
 // grants and refusals alike.
@@ -157,6 +198,7 @@ var (
 	resourceArg = map[string]any{"type": "string", "description": "the resource's name, 1-256 bytes of UTF-8, e.g. lock:deploy/production"}
 	actorArg    = map[string]any{"type": "string", "description": "your own DID, e.g. did:web:acme.example:agent:release"}
 	ttlArg      = map[string]any{"type": "number", "description": "accepted and dropped: every lease runs 30000 ms"}
+	waitArg     = map[string]any{"type": "integer", "minimum": 0, "maximum": maxWaitUpToMs, "description": "wait up to this many milliseconds (at most 30000) for the lease: the plane answers as soon as it is yours, or lease_held when the time is up"}
 )
 
 func inputSchema(props map[string]any, required ...string) map[string]any {
@@ -177,7 +219,7 @@ type tool struct {
 // arg is one argument a tool takes.
 type arg struct {
 	name     string
-	kind     string // "string" or "number"
+	kind     string // "string", "number" or "wait" (waitUpToMs: an integer 0..30000)
 	required bool
 	forward  bool // copied into the REST body
 }
@@ -191,7 +233,7 @@ func tools() []tool {
 				Name:         ToolAcquire,
 				Title:        "Acquire a lease",
 				Description:  acquireDescription,
-				InputSchema:  inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg, "ttlMs": ttlArg}, "resource", "actorDid"),
+				InputSchema:  inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg, "waitUpToMs": waitArg, "ttlMs": ttlArg}, "resource", "actorDid"),
 				OutputSchema: acquireOutput,
 				Annotations:  &sdk.ToolAnnotations{Title: "Acquire a lease", DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
 			},
@@ -199,6 +241,7 @@ func tools() []tool {
 			args: []arg{
 				{name: "resource", kind: "string", required: true, forward: true},
 				{name: "actorDid", kind: "string", required: true, forward: true},
+				{name: "waitUpToMs", kind: "wait"},
 				{name: "ttlMs", kind: "number"},
 			},
 		},
@@ -240,14 +283,14 @@ func tools() []tool {
 // invalid UTF-8 and lone surrogates into U+FFFD, so that the kernel would
 // accept names that the REST route refuses (and two different names would
 // become one). The kernel's own decoding then judges every byte.
-func (t tool) body(raw json.RawMessage) ([]byte, error) {
+func (t tool) body(raw json.RawMessage) ([]byte, time.Duration, error) {
 	var got map[string]json.RawMessage
 	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
 		if trimmed[0] != '{' {
-			return nil, fmt.Errorf("arguments must be a JSON object")
+			return nil, 0, fmt.Errorf("arguments must be a JSON object")
 		}
 		if err := json.Unmarshal(trimmed, &got); err != nil {
-			return nil, fmt.Errorf("arguments are not valid JSON: %v", err)
+			return nil, 0, fmt.Errorf("arguments are not valid JSON: %v", err)
 		}
 	}
 	known := map[string]arg{}
@@ -268,9 +311,10 @@ func (t tool) body(raw json.RawMessage) ([]byte, error) {
 		if len(names) > 0 {
 			takes = "takes only " + strings.Join(names, ", ")
 		}
-		return nil, fmt.Errorf("unknown argument %q: %s %s", unknown[0], t.def.Name, takes)
+		return nil, 0, fmt.Errorf("unknown argument %q: %s %s", unknown[0], t.def.Name, takes)
 	}
 	var b bytes.Buffer
+	var wait time.Duration
 	for _, a := range t.args {
 		v, present := got[a.name]
 		v = bytes.TrimSpace(v)
@@ -279,14 +323,14 @@ func (t tool) body(raw json.RawMessage) ([]byte, error) {
 		}
 		if !present {
 			if a.required {
-				return nil, fmt.Errorf("%s is required", a.name)
+				return nil, 0, fmt.Errorf("%s is required", a.name)
 			}
 			continue
 		}
 		switch a.kind {
 		case "string":
 			if len(v) < 2 || v[0] != '"' {
-				return nil, fmt.Errorf("%s must be a string", a.name)
+				return nil, 0, fmt.Errorf("%s must be a string", a.name)
 			}
 			if a.forward {
 				if b.Len() == 0 {
@@ -302,15 +346,21 @@ func (t tool) body(raw json.RawMessage) ([]byte, error) {
 		case "number":
 			var f float64
 			if err := json.Unmarshal(v, &f); err != nil {
-				return nil, fmt.Errorf("%s must be a number", a.name)
+				return nil, 0, fmt.Errorf("%s must be a number", a.name)
 			}
+		case "wait":
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || f < 0 || f > maxWaitUpToMs {
+				return nil, 0, fmt.Errorf("%s must be a whole number of milliseconds from 0 to %d", a.name, maxWaitUpToMs)
+			}
+			wait = time.Duration(f) * time.Millisecond
 		}
 	}
 	if b.Len() == 0 {
-		return nil, nil
+		return nil, wait, nil
 	}
 	b.WriteByte('}')
-	return b.Bytes(), nil
+	return b.Bytes(), wait, nil
 }
 
 // answerFields are the parts of a REST answer that decide how a tool
@@ -367,18 +417,46 @@ func newServer(b Backend, keyOf func(*sdk.CallToolRequest) string, o Options) *s
 	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "leaseplane", Title: "leaseplane lease plane", Version: version},
 		&sdk.ServerOptions{Instructions: instructions, Logger: logger})
+	underscore := o.ToolNames == NamesUnderscore
+	listed := map[string]string{} // either spelling -> the listed one
 	for _, t := range tools() {
+		dotted := t.def.Name
+		if underscore {
+			t.def.Name = Underscored(dotted)
+		}
+		listed[dotted], listed[Underscored(dotted)] = t.def.Name, t.def.Name
 		s.AddTool(t.def, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			body, err := t.body(req.Params.Arguments)
+			body, wait, err := t.body(req.Params.Arguments)
 			if err != nil {
 				return errorResult("invalid arguments to " + t.def.Name + ": " + err.Error()), nil
 			}
-			status, answer, err := b.Call(ctx, keyOf(req), t.op, body)
+			var status int
+			var answer []byte
+			if wait > 0 {
+				wb, ok := b.(WaitingBackend)
+				if !ok {
+					return errorResult(t.def.Name + ": this plane cannot hold a request: call again without waitUpToMs"), nil
+				}
+				status, answer, err = wb.CallWaiting(ctx, keyOf(req), body, wait)
+			} else {
+				status, answer, err = b.Call(ctx, keyOf(req), t.op, body)
+			}
 			if err != nil {
 				return errorResult(fmt.Sprintf("%s: the lease plane gave no decision: %v", t.def.Name, err)), nil
 			}
 			return result(status, answer, o.AuthHint), nil
 		})
 	}
+	// tools/call accepts both spellings, whichever tools/list shows.
+	s.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			if r, ok := req.(*sdk.CallToolRequest); ok && r.Params != nil {
+				if name, ok := listed[r.Params.Name]; ok {
+					r.Params.Name = name
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
 	return s
 }

@@ -68,11 +68,11 @@ async function connectHTTP(key) {
   return client;
 }
 
-async function connectStdio(key) {
+async function connectStdio(key, ...flags) {
   const client = new Client({ name: 'leaseplane-node-test', version: '0' });
   const transport = new StdioClientTransport({
     command: bin,
-    args: ['mcp'],
+    args: ['mcp', ...flags],
     env: { ...process.env, LEASEPLANE_URL: url, LEASEPLANE_KEY: key },
     stderr: 'inherit',
   });
@@ -160,5 +160,61 @@ test('stdio with an unknown key gives an unauthorized error result', async () =>
     assert.match(res.content[0].text, /unauthorized.*LEASEPLANE_KEY/);
   } finally {
     await c.close();
+  }
+});
+
+// Claude Desktop, Codex and Copilot CLI accept only ^[a-zA-Z0-9_-]{1,64}$:
+// with --mcp-tool-names underscore the tools are listed so, and tools/call
+// takes both spellings (here over stdio; serve's /mcp lists dotted names
+// and takes underscore ones too).
+test('underscore tool names: listed, and both spellings called', async () => {
+  const underscored = tools.map((t) => t.replaceAll('.', '_'));
+  const c = await connectStdio(agentKey, '--mcp-tool-names', 'underscore');
+  const h = await connectHTTP(agentKey);
+  try {
+    const listed = await c.listTools();
+    assert.deepEqual(listed.tools.map((t) => t.name).sort(), underscored);
+    for (const t of listed.tools) assert.match(t.name, /^[a-zA-Z0-9_-]{1,64}$/);
+    const resource = 'lock:names';
+    let res = await c.callTool({ name: 'coordination_lease_acquire', arguments: { resource, actorDid: didA } });
+    assert.equal(answer(res).ok, true, JSON.stringify(res));
+    res = await c.callTool({ name: 'coordination.lease.release', arguments: { resource, actorDid: didA } });
+    assert.equal(answer(res).released, true, JSON.stringify(res));
+    res = await h.callTool({ name: 'coordination_wait', arguments: {} });
+    assert.ok(!res.isError, JSON.stringify(res));
+    assert.ok(Array.isArray(answer(res).queues));
+  } finally {
+    await c.close();
+    await h.close();
+  }
+});
+
+// acquire with waitUpToMs: the plane holds the call and answers the grant
+// when the holder releases.
+test('acquire with waitUpToMs is answered at the release', async () => {
+  const resource = 'lock:held';
+  const a = await connectHTTP(agentKey);
+  const ws = await connectHTTP(wsKey);
+  try {
+    let res = await a.callTool({ name: tools[0], arguments: { resource, actorDid: didA } });
+    assert.equal(answer(res).ok, true, JSON.stringify(res));
+    const held = ws.callTool({ name: tools[0], arguments: { resource, actorDid: didB, waitUpToMs: 20000 } });
+    for (;;) {
+      const q = answer(await a.callTool({ name: tools[2], arguments: {} })).queues.find((q) => q.resource === resource);
+      if (q && q.waiters.some((w) => w.actorDid === didB)) break;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    res = await a.callTool({ name: tools[1], arguments: { resource, actorDid: didA } });
+    assert.equal(answer(res).released, true);
+    res = await held;
+    const v = answer(res);
+    assert.equal(v.ok, true, JSON.stringify(res));
+    assert.equal(v.lease.holder, didB);
+    res = await ws.callTool({ name: tools[0], arguments: { resource, actorDid: didB, waitUpToMs: 30001 } });
+    assert.equal(res.isError, true);
+    assert.match(res.content[0].text, /waitUpToMs/);
+  } finally {
+    await a.close();
+    await ws.close();
   }
 });

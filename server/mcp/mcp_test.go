@@ -198,7 +198,7 @@ func listTools(t *testing.T, cs *sdk.ClientSession) map[string]*jsonschema.Resol
 		ToolWait:    nil,
 	}
 	props := map[string][]string{
-		ToolAcquire: {"actorDid", "resource", "ttlMs"},
+		ToolAcquire: {"actorDid", "resource", "ttlMs", "waitUpToMs"},
 		ToolRelease: {"actorDid", "resource"},
 		ToolWait:    nil,
 	}

@@ -1,0 +1,192 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// MaxWaitUpToMs is the longest a lease request may be held
+// (POST lease?waitUpToMs=N, N ≤ 30000).
+const MaxWaitUpToMs = 30000
+
+// claimMargin is how long before the end of a held caller's claim the
+// server asks again on its behalf, so the claim (and its queue place) is
+// kept while it waits.
+const claimMargin = 300 * time.Millisecond
+
+// ParseWaitUpTo reads the waitUpToMs query parameter: "" is no wait.
+func ParseWaitUpTo(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n > MaxWaitUpToMs || v[0] == '+' {
+		return 0, &waitUpToError{v}
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+type waitUpToError struct{ v string }
+
+func (e *waitUpToError) Error() string {
+	return "waitUpToMs must be a whole number of milliseconds from 0 to " + strconv.Itoa(MaxWaitUpToMs) + ", not " + strconv.Quote(e.v)
+}
+
+// CallWaiting is Call for an acquire that may be held up to waitUpTo
+// (at most MaxWaitUpToMs): while the answer is lease_held, the server asks
+// again on the caller's behalf at the plane's own moments — when something
+// in the workspace may have freed (a release, a lapse or revocation, a
+// claim ending: any alarm tick or command at or after the next alarm, a
+// renewal that may have changed its mode, an operator's act) and shortly
+// before the caller's own claim would end — and answers the grant or any
+// other refusal at once, or the last lease_held when the time is up, the
+// request's context ends or the server shuts down. It never polls on a
+// timer of its own.
+func (s *Server) CallWaiting(ctx context.Context, key string, body []byte, waitUpTo time.Duration) (status int, answer []byte, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	k, r, ok := s.authenticateLive(ctx, key)
+	if ok {
+		r = s.callHeld(ctx, k, body, waitUpTo)
+	}
+	return r.status, r.answer, nil
+}
+
+// heldAnswer is what the hold loop reads of a refusal.
+type heldAnswer struct {
+	Reason   string `json:"reason"`
+	Stampede *struct {
+		Admitted []string `json:"admitted"`
+		WaitMs   int64    `json:"waitMs"`
+	} `json:"stampede"`
+}
+
+var leaseHeldMark = []byte(`"reason":"lease_held"`)
+
+func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpTo time.Duration) reply {
+	waitUpTo = min(waitUpTo, MaxWaitUpToMs*time.Millisecond)
+	deadline := s.cfg.Clock().Add(waitUpTo)
+	c, err := kernel.DecodeRequest(kernel.OpAcquire, 0, body)
+	if err != nil {
+		return s.callAs(ctx, k, kernel.OpAcquire, body, time.Now()) // answers the refusal
+	}
+	ws, err := s.workspace(k.WorkspaceID)
+	if err != nil {
+		return s.callAs(ctx, k, kernel.OpAcquire, body, time.Now()) // answers 503
+	}
+	// The caller's own release of the resource ends the hold: a client
+	// that gave up (exec interrupted) and dropped its wait must not be
+	// made a waiter again by a request it abandoned.
+	gaveUp := c.Resource + "\x00" + c.ActorDid
+	ws.mu.Lock()
+	ws.holding++
+	released := ws.released[gaveUp]
+	ws.mu.Unlock()
+	defer func() {
+		ws.mu.Lock()
+		if ws.holding--; ws.holding == 0 {
+			clear(ws.released)
+		}
+		ws.mu.Unlock()
+	}()
+	for {
+		start := time.Now()
+		var r reply
+		var changed <-chan struct{}
+		s.life.RLock()
+		if s.closed {
+			r = unavailable(errShutdown)
+		} else {
+			r, changed = s.decideAsNotify(ctx, k, kernel.OpAcquire, body)
+		}
+		s.life.RUnlock()
+		s.metrics.observe(kernel.OpAcquire, r.status, time.Since(start))
+		if r.status != 409 || !bytes.Contains(r.answer, leaseHeldMark) {
+			return r
+		}
+		left := deadline.Sub(s.cfg.Clock())
+		if left <= 0 || changed == nil {
+			return r
+		}
+		var a heldAnswer
+		if err := json.Unmarshal(r.answer, &a); err != nil || a.Reason != kernel.ReasonLeaseHeld {
+			return r
+		}
+		wake := left
+		if a.Stampede != nil && slices.Contains(a.Stampede.Admitted, c.ActorDid) {
+			// An admitted waiter's claim lasts waitMs + 1000 ms from this
+			// answer: ask again just before it ends.
+			claim := time.Duration(a.Stampede.WaitMs)*time.Millisecond + time.Second - claimMargin
+			wake = min(wake, claim)
+		}
+		timer := make(chan struct{})
+		stop := s.cfg.AfterFunc(wake, func() { close(timer) })
+		select {
+		case <-changed:
+		case <-timer:
+		case <-s.draining:
+		case <-ctx.Done():
+		}
+		stop()
+		if ctx.Err() != nil || isClosed(s.draining) {
+			return r
+		}
+		ws.mu.Lock()
+		gone := ws.released[gaveUp] != released
+		ws.mu.Unlock()
+		if gone {
+			return r
+		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// notifyLocked wakes the requests held on ws (ws.mu held).
+func (ws *workspace) notifyLocked() {
+	if ws.changed != nil {
+		close(ws.changed)
+		ws.changed = nil
+	}
+}
+
+// changedLocked is closed at ws's next change that may free a resource
+// (ws.mu held).
+func (ws *workspace) changedLocked() <-chan struct{} {
+	if ws.changed == nil {
+		ws.changed = make(chan struct{})
+	}
+	return ws.changed
+}
+
+// mayFree says whether a command's outcome may let a held request in: any
+// change other than an acquire's, an acquire's renewal (its mode may have
+// become shared) or the lapses it caused, and every alarm tick (a claim may
+// have ended without an event).
+func mayFree(op kernel.Op, res kernel.Result) bool {
+	switch {
+	case op == kernel.OpTick:
+		return true
+	case !res.Changed:
+		return false
+	case op == kernel.OpAcquire:
+		return bytes.Contains(res.Events, []byte(`"coordination.renew"`)) ||
+			bytes.Contains(res.Events, []byte(`"coordination.expire"`))
+	}
+	return true
+}

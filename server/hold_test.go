@@ -1,0 +1,167 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+func TestParseWaitUpTo(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{"", 0, false},
+		{"0", 0, false},
+		{"250", 250 * time.Millisecond, false},
+		{"30000", 30 * time.Second, false},
+		{"30001", 0, true},
+		{"-1", 0, true},
+		{"+5", 0, true},
+		{"1.5", 0, true},
+		{"1e3", 0, true},
+		{"ten", 0, true},
+		{"99999999999999999999", 0, true},
+	} {
+		got, err := ParseWaitUpTo(tc.in)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ParseWaitUpTo(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.bad)
+		}
+		if err != nil && !strings.Contains(err.Error(), "waitUpToMs") {
+			t.Errorf("ParseWaitUpTo(%q): error %q does not name waitUpToMs", tc.in, err)
+		}
+	}
+}
+
+type heldResult struct {
+	status int
+	body   []byte
+}
+
+// holdLease sends a held acquire in the background.
+func (ts *testServer) holdLease(resource, actor, waitUpToMs string) <-chan heldResult {
+	out := make(chan heldResult, 1)
+	go func() {
+		st, _, b := ts.do("POST", RouteLease+"?waitUpToMs="+waitUpToMs, ts.key, `{"resource":"`+resource+`","actorDid":"`+actor+`"}`)
+		out <- heldResult{st, b}
+	}()
+	return out
+}
+
+// untilWaiter returns once actor shows as a waiter in the queues, that is
+// once its held request has been refused and is being held.
+func (ts *testServer) untilWaiter(actor string) {
+	ts.t.Helper()
+	for i := 0; !strings.Contains(string(ts.wait()), `"actorDid":"`+actor+`"`); i++ {
+		if i > 10000 {
+			ts.t.Fatalf("%s never became a waiter: %s", actor, ts.wait())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A held request is answered the grant as soon as the holder releases,
+// with no time passing on the server's clock.
+func TestHeldRequestGrantedOnRelease(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	if st, b := ts.lease("lock:a", "did:example:holder"); st != 200 {
+		t.Fatalf("setup: %d %s", st, b)
+	}
+	res := ts.holdLease("lock:a", "did:example:waiter", "10000")
+	ts.untilWaiter("did:example:waiter")
+	select {
+	case r := <-res:
+		t.Fatalf("the held request was answered before the release: %d %s", r.status, r.body)
+	default:
+	}
+	st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:holder"}`)
+	if st != 200 {
+		t.Fatalf("release: %d %s", st, b)
+	}
+	r := <-res
+	if r.status != 200 || field(t, r.body, "lease").(map[string]any)["holder"] != "did:example:waiter" {
+		t.Fatalf("held request after the release: %d %s; want the grant", r.status, r.body)
+	}
+}
+
+// A lease that lapses (an alarm tick) wakes the held request.
+func TestHeldRequestGrantedOnLapse(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	if st, b := ts.lease("lock:a", "did:example:holder"); st != 200 {
+		t.Fatalf("setup: %d %s", st, b)
+	}
+	ts.clock.Advance(20 * time.Second)
+	res := ts.holdLease("lock:a", "did:example:waiter", "30000")
+	ts.untilWaiter("did:example:waiter")
+	ts.clock.Advance(10 * time.Second) // the holder's lease lapses
+	r := <-res
+	if r.status != 200 || field(t, r.body, "lease").(map[string]any)["holder"] != "did:example:waiter" {
+		t.Fatalf("held request after the lapse: %d %s; want the grant", r.status, r.body)
+	}
+}
+
+// When the time is up the last lease_held is answered; a deadlock is
+// answered at once; shutting down answers what is held.
+func TestHeldRequestEnds(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	for _, l := range [][2]string{{"lock:a", "did:example:a"}, {"lock:b", "did:example:b"}} {
+		if st, b := ts.lease(l[0], l[1]); st != 200 {
+			t.Fatalf("setup: %d %s", st, b)
+		}
+	}
+	res := ts.holdLease("lock:a", "did:example:c", "5000")
+	ts.untilWaiter("did:example:c")
+	ts.clock.Advance(5 * time.Second)
+	if r := <-res; r.status != 409 || field(t, r.body, "reason") != kernel.ReasonLeaseHeld {
+		t.Fatalf("held request at its deadline: %d %s; want 409 lease_held", r.status, r.body)
+	}
+
+	// b waits on a; a asking for b (held) would close the cycle.
+	if st, b := ts.lease("lock:a", "did:example:b"); st != 409 {
+		t.Fatalf("b waits on a: %d %s", st, b)
+	}
+	if r := <-ts.holdLease("lock:b", "did:example:a", "30000"); r.status != 409 || field(t, r.body, "reason") != kernel.ReasonDeadlock {
+		t.Fatalf("held request closing a cycle: %d %s; want 409 deadlock at once", r.status, r.body)
+	}
+
+	res = ts.holdLease("lock:b", "did:example:d", "30000")
+	ts.untilWaiter("did:example:d")
+	if err := ts.s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-res; r.status != 409 || field(t, r.body, "reason") != kernel.ReasonLeaseHeld {
+		t.Fatalf("held request at shutdown: %d %s; want its last refusal", r.status, r.body)
+	}
+}
+
+func TestHeldRequestBadWait(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	st, _, b := ts.do("POST", RouteLease+"?waitUpToMs=30001", ts.key, `{"resource":"lock:a","actorDid":"did:example:a"}`)
+	if st != 400 || field(t, b, "reason") != kernel.ReasonInvalid || !strings.Contains(string(b), "waitUpToMs") {
+		t.Fatalf("waitUpToMs=30001: %d %s; want 400 invalid_request naming waitUpToMs", st, b)
+	}
+}
+
+// The caller's own release of the resource ends its hold, and the
+// abandoned request does not make it a waiter again.
+func TestHeldRequestEndsOnOwnRelease(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	if st, b := ts.lease("lock:a", "did:example:holder"); st != 200 {
+		t.Fatalf("setup: %d %s", st, b)
+	}
+	res := ts.holdLease("lock:a", "did:example:waiter", "30000")
+	ts.untilWaiter("did:example:waiter")
+	if st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:waiter"}`); st != 200 {
+		t.Fatalf("the waiter's release: %d %s", st, b)
+	}
+	if r := <-res; r.status != 409 || field(t, r.body, "reason") != kernel.ReasonLeaseHeld {
+		t.Fatalf("held request after its own release: %d %s; want its last lease_held", r.status, r.body)
+	}
+	if w := ts.wait(); strings.Contains(string(w), `"actorDid":"did:example:waiter"`) {
+		t.Errorf("the waiter waits again after giving up: %s", w)
+	}
+}
