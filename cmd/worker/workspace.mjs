@@ -9,10 +9,11 @@
 //             leaves (workerd's output gate holds the response until the
 //             write is durable)
 //   snapshot  the machine's snapshot every SNAPSHOT_EVERY commands; the
-//             log behind it is dropped
+//             log behind both it and the ledger is dropped
 //   ledger_*  the workspace's ledger: every event the kernel emits, as an
-//             entry with its bytes exactly as emitted, written in the same
-//             storage transaction as the command's log row; the stored tree
+//             entry with its bytes exactly as emitted, derived from the log
+//             (each row keeps its command's events) right after the row is
+//             written and caught up after a failure; the stored tree
 //             hashes (tlog's layout); the grant entry of each lease; and, in
 //             meta, the origin, the verifier key, the signing key sealed with
 //             the LEASEPLANE_LEDGER_SECRET binding, and the latest signed
@@ -37,10 +38,11 @@
 //                       "steps": [b64...]} → per step status,
 //                       Retry-After, answer and events, and the trust,
 //                       every bytes field in base64
-//   POST /test/clock?advanceMs=N   and   GET /test/state
+//   POST /test/clock?advanceMs=N, GET /test/state, POST /test/ledger-fault?on=1|0
 //                       only when the binding LEASEPLANE_TEST_CLOCK is "1":
 //                       move this object's clock ahead (alarms fire in
-//                       real time) and read its state without a command
+//                       real time), read its state without a command, make
+//                       the ledger's writes fail until turned off
 
 import { DurableObject } from "cloudflare:workers";
 import kernelModule from "./kernel.wasm";
@@ -98,7 +100,8 @@ export class Workspace extends DurableObject {
     this.kernel = null;
     this.sql.exec(`CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, op TEXT NOT NULL,
-      now_ms INTEGER NOT NULL, body BLOB NOT NULL, version TEXT NOT NULL, semantics INTEGER NOT NULL DEFAULT 2)`);
+      now_ms INTEGER NOT NULL, body BLOB NOT NULL, version TEXT NOT NULL, semantics INTEGER NOT NULL DEFAULT 2,
+      events BLOB)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
       seq INTEGER NOT NULL, data BLOB NOT NULL, version TEXT NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_entries (idx INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
@@ -108,6 +111,7 @@ export class Workspace extends DurableObject {
     this.semantics = this.ledger.semantics();
     this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
     this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
+    this.ledgerSeq = Number(this.meta("ledger_seq") ?? 0);
     this.rules = this.meta("rules");
     this.last = Number(this.meta("clock") ?? 0);
     this.offset = Number(this.meta("offset") ?? 0);
@@ -166,6 +170,7 @@ export class Workspace extends DurableObject {
     }
     if (path.startsWith("/ledger/")) {
       if (this.kernel === null) return refusal(404, "not_found", "this workspace does not exist");
+      this.catchUp();
       return this.ledgerRoute(path.slice(8), url.searchParams);
     }
     if (this.testClock) {
@@ -174,6 +179,9 @@ export class Workspace extends DurableObject {
           return this.advance(Number(url.searchParams.get("advanceMs")));
         case "/test/state":
           return this.state();
+        case "/test/ledger-fault":
+          this.ledgerFault = url.searchParams.get("on") === "1";
+          return json(200, { ok: true, ledgerFault: this.ledgerFault, ledgerSeq: this.ledgerSeq, seq: this.seq });
       }
     }
     return refusal(404, "not_found", `no route ${path}`);
@@ -223,45 +231,64 @@ export class Workspace extends DurableObject {
 
   record(op, now, body, events) {
     this.seq++;
-    this.sql.exec(`INSERT INTO log (seq, op, now_ms, body, version, semantics) VALUES (?, ?, ?, ?, ?, ?)`,
-      this.seq, op, now, blob(body), this.version, this.semantics);
-    this.appendEvents(events);
+    this.sql.exec(`INSERT INTO log (seq, op, now_ms, body, version, semantics, events) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+      this.seq, op, now, blob(body), this.version, this.semantics, blob(events));
     if (now > this.last) {
       this.last = now;
       this.setMeta("clock", now);
     }
+    this.catchUp();
     if (++this.sinceSnapshot >= SNAPSHOT_EVERY) {
       this.sql.exec(`INSERT INTO snapshot (id, seq, data, version) VALUES (1, ?, ?, ?)
         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, data = excluded.data, version = excluded.version`,
         this.seq, blob(this.kernel.snapshot()), this.version);
-      this.sql.exec(`DELETE FROM log WHERE seq <= ?`, this.seq);
+      // The log goes only behind both the snapshot and the ledger.
+      this.sql.exec(`DELETE FROM log WHERE seq <= ?`, Math.min(this.seq, this.ledgerSeq));
       this.sinceSnapshot = 0;
     }
     this.schedule();
   }
 
-  // appendEvents adds each event to the ledger, in the same storage
-  // transaction as the command's log row. A ledger failure never fails the
-  // command (writing the ledger is best effort); it is logged.
-  appendEvents(events) {
-    if (events.length <= 2) return; // "[]"
+  // catchUp writes to the ledger the events of every logged command it does
+  // not hold yet (normally the one just logged), each command's entries in
+  // one storage transaction with the ledger's position. Writing the ledger
+  // is best effort: a failure never fails the command; it is logged, and
+  // the next command, alarm or ledger request tries again from the log, so
+  // no event is missing or written twice.
+  catchUp() {
+    if (this.ledgerSeq >= this.seq) return;
+    const rows = this.sql.exec(`SELECT seq, events FROM log WHERE seq > ? ORDER BY seq`, this.ledgerSeq).toArray();
     try {
-      for (const entry of this.ledger.events(events)) {
-        const i = this.ledgerSize;
-        const hs = this.ledger.append(i, entry);
-        this.sql.exec(`INSERT INTO ledger_entries (idx, data) VALUES (?, ?)`, i, blob(entry));
-        for (const h of hs) this.sql.exec(`INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)`, this.hashCount++, blob(h));
-        this.ledgerSize++;
-        const ev = JSON.parse(dec.decode(entry));
-        if (ev.type === "coordination.lease" && typeof ev.leaseId === "string") {
-          this.sql.exec(`INSERT OR REPLACE INTO ledger_grants (lease_id, idx) VALUES (?, ?)`, ev.leaseId, i);
-        }
+      for (const row of rows) {
+        this.ctx.storage.transactionSync(() => {
+          if (this.ledgerFault) throw new Error("injected ledger fault (test)");
+          if (row.events !== null) this.appendEvents(new Uint8Array(row.events));
+          this.ledgerSeq = row.seq;
+          this.setMeta("ledger_seq", row.seq);
+        });
       }
     } catch (err) {
-      console.error("workspace: ledger append failed:", err && err.stack);
+      console.error("workspace: the ledger is behind the log:", err && err.message);
       this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
       this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
       this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
+      this.ledgerSeq = Number(this.meta("ledger_seq") ?? 0);
+    }
+  }
+
+  // appendEvents adds each event of a command to the ledger.
+  appendEvents(events) {
+    if (events.length <= 2) return; // "[]"
+    for (const entry of this.ledger.events(events)) {
+      const i = this.ledgerSize;
+      const hs = this.ledger.append(i, entry);
+      this.sql.exec(`INSERT INTO ledger_entries (idx, data) VALUES (?, ?)`, i, blob(entry));
+      for (const h of hs) this.sql.exec(`INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)`, this.hashCount++, blob(h));
+      this.ledgerSize++;
+      const ev = JSON.parse(dec.decode(entry));
+      if (ev.type === "coordination.lease" && typeof ev.leaseId === "string") {
+        this.sql.exec(`INSERT OR REPLACE INTO ledger_grants (lease_id, idx) VALUES (?, ?)`, ev.leaseId, i);
+      }
     }
   }
 
@@ -384,6 +411,7 @@ export class Workspace extends DurableObject {
 
   async alarm() {
     if (this.kernel === null) return;
+    this.catchUp();
     this.alarmAt = null;
     this.command("tick", EMPTY);
     if (this.alarmAt === null && this.kernel) this.schedule();

@@ -186,3 +186,41 @@ test("grants, renewals, releases, lapses and revocations are entries in order; r
   assert.deepEqual(records.map((r) => (r.key ? "key" : r.checkpoint.split("\n")[1])), ["key", "8", "10"]);
   assert.equal(records[0].key, verifier);
 });
+
+test("with the ledger's writes failing, leases are still granted; after, the ledger holds every event once", async () => {
+  const key = await createWorkspace(base, ADMIN, "outage");
+  const fault = (on) => objectJSON("outage", `/test/ledger-fault?on=${on ? 1 : 0}`, { method: "POST" });
+  const a = "did:web:o.example:agent:a";
+  assert.equal((await post("/api/v1/acp/coordination/lease", key, { resource: "lock:before", actorDid: a })).status, 200);
+  await fault(true);
+  const during = [];
+  for (let i = 0; i < 3; i++) {
+    const g = await post("/api/v1/acp/coordination/lease", key, { resource: `lock:during-${i}`, actorDid: a });
+    assert.equal(g.status, 200, "a ledger fault does not stop a grant");
+    during.push(g.json.lease);
+  }
+  assert.equal((await post("/api/v1/acp/coordination/release", key, { resource: "lock:during-0", actorDid: a })).status, 200);
+  const st = await fault(true);
+  assert.ok(st.ledgerSeq < st.seq, `the ledger is behind the log during the fault: ${JSON.stringify(st)}`);
+  await fault(false);
+  const es = await entries(key); // the ledger route catches up first
+  assert.deepEqual(es.map((e) => `${e.event.type} ${e.event.resource}`), [
+    "coordination.lease lock:before",
+    "coordination.lease lock:during-0",
+    "coordination.lease lock:during-1",
+    "coordination.lease lock:during-2",
+    "coordination.release lock:during-0",
+  ]);
+  const verifier = (await get("/api/v1/ledger/key", key)).text.trim();
+  for (const l of during) {
+    const r = await get(`/api/v1/ledger/receipt?leaseId=${l.id}`, key);
+    assert.equal(r.status, 200, r.text);
+    const v = verify(verifier, r.text);
+    assert.equal(v.status, 0, v.out);
+  }
+  // Later commands go on from there, each event once.
+  assert.equal((await post("/api/v1/acp/coordination/lease", key, { resource: "lock:after", actorDid: a })).status, 200);
+  const again = await entries(key);
+  assert.equal(again.length, 6);
+  assert.equal(again[5].event.resource, "lock:after");
+});
