@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +167,69 @@ func TestHeldRequestEndsOnOwnRelease(t *testing.T) {
 	if w := ts.wait(); strings.Contains(string(w), `"actorDid":"did:example:waiter"`) {
 		t.Errorf("the waiter waits again after giving up: %s", w)
 	}
+}
+
+// BenchmarkHeldGrantAfterRelease measures, over real HTTP on loopback with
+// the real clock, the time from sending the holder's release to receiving
+// the grant of a request held on the same resource (waitUpToMs=30000): the
+// latency a waiting agent sees, docs/BENCHMARKS.md "Waiting".
+func BenchmarkHeldGrantAfterRelease(b *testing.B) {
+	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	key, _, err := s.Bootstrap("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	post := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", hs.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	waiting := func(actor string) bool {
+		req, _ := http.NewRequest("GET", hs.URL+RouteWait, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(raw), `"actorDid":"`+actor+`"`)
+	}
+	holder, waiter := "did:example:holder", "did:example:waiter"
+	var total time.Duration
+	b.ResetTimer()
+	b.StopTimer()
+	for i := 0; i < b.N; i++ {
+		if st, body := post(RouteLease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`); st != 200 {
+			b.Fatalf("holder: %d %s", st, body)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			st, body := post(RouteLease+"?waitUpToMs=30000", `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
+			if st != 200 {
+				b.Errorf("held request: %d %s", st, body)
+			}
+			got <- time.Now()
+		}()
+		for !waiting(waiter) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		sent := time.Now()
+		post(RouteRelease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`)
+		total += (<-got).Sub(sent)
+		post(RouteRelease, `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-release-to-grant")
 }

@@ -37,8 +37,9 @@ var execKillGrace = 10 * time.Second
 const execHelp = `usage: leaseplane exec RESOURCE --as DID [--mode M] [--timeout DUR] -- CMD ARGS...
 
 Runs CMD while holding a lease on RESOURCE, like etcdctl lock or consul lock:
-  - waits for the lease as the plane advises (sleeps stampede.waitMs after each
-    lease_held refusal) until --timeout, if given;
+  - waits for the lease until --timeout, if given, without polling: the plane
+    holds each request (up to 30 s) and answers as soon as the lease is free
+    for this agent;
   - stops at once on deadlock (naming the holder and the resource it waits on)
     and on suspended;
   - renews the lease every 10 s while CMD runs (a lease lapses 30 s after its
