@@ -135,6 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	peers := fs.String("peers", "redis,redis-aof,etcd", "comma-separated peers: redis, redis-aof, etcd (empty: none)")
 	bare := fs.Bool("bare", false, "also measure a bare in-memory map behind net/http (the HTTP stack's ceiling)")
 	workloads := fs.String("workloads", "spread,contended,queue", "comma-separated workloads: spread, contended, queue")
+	jitter := fs.Bool("jitter", false, "leaseplane clients that must wait sleep waitMs plus a random part of it (at most half, at most 500 ms), not waitMs exactly")
 	rawClient := fs.Bool("raw-client", false, "drive leaseplane with a minimal HTTP/1.1 client instead of server/client over net/http")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the leaseplane runs (server and load generator) to this file")
 	fs.Usage = func() {
@@ -182,7 +183,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var targets []mk
 	for _, e := range engs {
-		targets = append(targets, mk{"leaseplane/" + e, func() (target, error) { return openPlane(e, *clients, *rawClient) }})
+		targets = append(targets, mk{"leaseplane/" + e, func() (target, error) { return openPlane(e, *clients, *rawClient, *jitter) }})
 	}
 	if *bare {
 		targets = append(targets, mk{"bare-map", func() (target, error) { return openBare(*clients) }})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -43,9 +44,11 @@ type planeTarget struct {
 	key   string
 	hc    *http.Client
 	raw   bool // drive it with rawHTTP instead of server/client
+	// jitter makes waiting clients sleep a random part of waitMs more.
+	jitter bool
 }
 
-func openPlane(engineName string, clients int, raw bool) (*planeTarget, error) {
+func openPlane(engineName string, clients int, raw, jitter bool) (*planeTarget, error) {
 	f, err := engine(engineName)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", engineName, err)
@@ -74,7 +77,7 @@ func openPlane(engineName string, clients int, raw bool) (*planeTarget, error) {
 	go s.Serve(ln)
 	return &planeTarget{
 		label: "leaseplane/" + engineName, srv: s, dir: dir, url: "http://" + ln.Addr().String(), key: key,
-		hc: newHTTPClient(clients), raw: raw,
+		hc: newHTTPClient(clients), raw: raw, jitter: jitter,
 	}, nil
 }
 
@@ -137,7 +140,7 @@ func (t *planeTarget) worker(i int) (worker, error) {
 		}
 		return &rawPlaneWorker{raw: raw, did: did}, nil
 	}
-	return &planeWorker{c: client.New(t.url, t.key, t.hc), did: did, leases: map[string]string{}}, nil
+	return &planeWorker{c: client.New(t.url, t.key, t.hc), did: did, leases: map[string]string{}, jitter: t.jitter}, nil
 }
 
 // planeWorker is a leaseplane user: client.Holder waits for a lease as
@@ -147,10 +150,29 @@ type planeWorker struct {
 	c      *client.Client
 	did    string
 	leases map[string]string // resource → lease id held
+	jitter bool
+}
+
+// jitterSleep sleeps d and a random part of it more (at most half, at
+// most 500 ms: within the 1 s a claim outlives its waitMs), so waiters
+// refused together do not come back together.
+func jitterSleep(ctx context.Context, d time.Duration) error {
+	d += rand.N(min(d/2, 500*time.Millisecond) + 1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func (w *planeWorker) acquire(ctx context.Context, res string) error {
 	h := client.Holder{Client: w.c, Req: client.AcquireRequest{Resource: res, ActorDid: w.did}}
+	if w.jitter {
+		h.Sleep = jitterSleep
+	}
 	l, err := h.Acquire(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
