@@ -151,6 +151,9 @@ func (s *Server) runDetector(ctx context.Context, ws int64, d detect.Detector) (
 	if s.ledger == nil {
 		return out, errors.New("this server runs without a ledger")
 	}
+	if _, err := s.workspace(ws); err != nil { // opens its ledger too
+		return out, err
+	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := s.ledger.Wait(wctx, ws)
 	cancel()

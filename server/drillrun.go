@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -428,4 +429,51 @@ func toRunJSON(r store.DrillRun) runJSON {
 		out.Drills = json.RawMessage("[]")
 	}
 	return out
+}
+
+// Operate runs an operator action for the holder of key, exactly as its
+// REST route answers it: "drills.run" is POST /api/v1/drills/run and
+// "detection.run" POST /api/v1/detection/run (MCP's operator tools).
+func (s *Server) Operate(ctx context.Context, key, action string, body []byte) (status int, answer []byte, err error) {
+	var path string
+	switch action {
+	case "drills.run":
+		path = RouteDrillsRun
+	case "detection.run":
+		path = RouteDetectionRun
+	default:
+		return 0, nil, errors.New("server: no operator action " + strconv.Quote(action))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	rec := &recorder{header: http.Header{}}
+	s.handler.ServeHTTP(rec, req)
+	if rec.status == 0 {
+		rec.status = 200
+	}
+	return rec.status, rec.body.Bytes(), nil
+}
+
+// recorder is the ResponseWriter Operate passes the handler.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = 200
+	}
+	return r.body.Write(b)
+}
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
 }

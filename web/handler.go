@@ -18,7 +18,7 @@ import (
 )
 
 // ServerLinks are the URLs of the pages as Handler serves them.
-var ServerLinks = Links{Static: "/static/", Playground: "/playground", Docs: "/docs", Home: "/playground"}
+var ServerLinks = Links{Static: "/static/", Playground: "/playground", Docs: "/docs", Home: "/playground", Operator: "/operator"}
 
 // siteLinks are relative URLs for pages written to DIR/playground/ and
 // DIR/docs/ by WriteSite.
@@ -60,6 +60,18 @@ func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
 	}
 	return docsPage(p, DocsPageData{Docs: d, LeaseTTLMs: kernel.LeaseTTLMs, WaiterTTLMs: kernel.WaiterTTLMs, DeadlockKeepMs: kernel.DeadlockKeepMs,
 		MaxAdmitted: kernel.MaxAdmitted, BaseWaitMs: kernel.BaseWaitMs, MaxWaitMs: kernel.MaxWaitMs}).Render(ctx, w)
+}
+
+// RenderOperator writes the operator's page: the latest drill run and the
+// open cases, read from the plane with an operator key the person gives
+// (operator.js); it runs no kernel.
+func RenderOperator(ctx context.Context, w *bytes.Buffer, l Links) error {
+	p, err := newPage("Operator", "operator", l, "operator.js")
+	if err != nil {
+		return err
+	}
+	p.NoKernel = true
+	return operatorPage(p).Render(ctx, w)
 }
 
 // pageHandler renders a page once (its content is fixed for a binary)
@@ -142,6 +154,7 @@ func Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /playground", pageHandler(RenderPlayground))
 	mux.Handle("GET /docs", pageHandler(RenderDocs))
+	mux.Handle("GET /operator", pageHandler(RenderOperator))
 	mux.HandleFunc("GET /static/", staticHandler)
 	mux.Handle("GET /{$}", http.RedirectHandler(ServerLinks.Playground, http.StatusFound))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -45,6 +45,16 @@ func (b clientBackend) CallWaiting(ctx context.Context, _ string, body []byte, w
 	return b.c.CallWaiting(ctx, body, waitUpTo)
 }
 
+// Operate forwards the operator tools to their REST routes.
+func (b clientBackend) Operate(ctx context.Context, _ string, action string, body []byte) (int, []byte, error) {
+	routes := map[string]string{mcp.ToolDrillsRun: server.RouteDrillsRun, mcp.ToolDetectionRun: server.RouteDetectionRun}
+	path, ok := routes[action]
+	if !ok {
+		return 0, nil, fmt.Errorf("no operator action %q", action)
+	}
+	return b.c.Request(ctx, http.MethodPost, path, body)
+}
+
 // nopWriteCloser lets the process's stdout serve as the transport's writer
 // without the transport closing it.
 type nopWriteCloser struct{ io.Writer }

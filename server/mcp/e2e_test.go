@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +24,10 @@ import (
 // /mcp mounted as leaseplane serve mounts it, a workspace key and agent A's
 // key.
 type realPlane struct {
-	url      string
-	wsKey    string
-	agentKey string
+	url         string
+	wsKey       string
+	agentKey    string
+	operatorKey string
 }
 
 func startRealPlane(t testing.TB) realPlane {
@@ -48,6 +50,10 @@ func startRealPlane(t testing.TB) realPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
+	operator, _, err := srv.Store().CreateKey(w, store.RoleOperator, "", now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		hs.Close()
@@ -57,7 +63,7 @@ func startRealPlane(t testing.TB) realPlane {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return realPlane{url: hs.URL, wsKey: ws, agentKey: agent}
+	return realPlane{url: hs.URL, wsKey: ws, agentKey: agent, operatorKey: operator}
 }
 
 var (
@@ -146,6 +152,54 @@ func TestRealServer(t *testing.T) {
 			}
 			if !res.IsError || !strings.Contains(text(res), "unauthorized") {
 				t.Errorf("unknown key: isError=%v %q, want an unauthorized error", res.IsError, text(res))
+			}
+		})
+	}
+}
+
+// TestOperatorTools calls drills.run and detection.run on the real server,
+// over streamable HTTP and through leaseplane mcp: with the operator key
+// they answer what their REST routes answer; with a workspace key they are
+// refused.
+func TestOperatorTools(t *testing.T) {
+	for _, tr := range []struct {
+		name    string
+		connect func(t testing.TB, url, key string) *sdk.ClientSession
+	}{
+		{"http", connectRealHTTP},
+		{"stdio-subprocess", connectSubprocess},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			p := startRealPlane(t)
+			ctx := context.Background()
+			op := tr.connect(t, p.url, p.operatorKey)
+			lt, err := op.ListTools(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, x := range lt.Tools {
+				names = append(names, x.Name)
+			}
+			if !slices.Contains(names, ToolDrillsRun) || !slices.Contains(names, ToolDetectionRun) {
+				t.Fatalf("tools %v lack the operator tools", names)
+			}
+			res, err := op.CallTool(ctx, &sdk.CallToolParams{Name: ToolDrillsRun})
+			if err != nil || res.IsError || !strings.Contains(text(res), `"id":"run_1"`) {
+				t.Fatalf("drills.run: %v %v %q", err, res.IsError, text(res))
+			}
+			res, err = op.CallTool(ctx, &sdk.CallToolParams{Name: ToolDetectionRun, Arguments: map[string]any{"detector": "lease-overlap"}})
+			if err != nil || res.IsError || !strings.Contains(text(res), `"detector":"lease-overlap"`) || !strings.Contains(text(res), `"findings":[]`) {
+				t.Fatalf("detection.run: %v %v %q", err, res.IsError, text(res))
+			}
+			res, _ = op.CallTool(ctx, &sdk.CallToolParams{Name: ToolDetectionRun})
+			if !res.IsError || !strings.Contains(text(res), "detector is required") {
+				t.Errorf("detection.run without a detector: %v %q", res.IsError, text(res))
+			}
+			ws := tr.connect(t, p.url, p.wsKey)
+			res, _ = ws.CallTool(ctx, &sdk.CallToolParams{Name: ToolDrillsRun})
+			if !res.IsError || !strings.Contains(text(res), "needs an operator key") {
+				t.Errorf("drills.run with a workspace key: %v %q", res.IsError, text(res))
 			}
 		})
 	}

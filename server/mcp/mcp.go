@@ -56,6 +56,15 @@ type WaitingBackend interface {
 // maxWaitUpToMs is the longest the plane holds an acquire.
 const maxWaitUpToMs = 30000
 
+// Operator is what a Backend may add: the operator's actions, run on
+// behalf of key exactly as their REST routes answer them (drills.run is
+// POST /api/v1/drills/run, detection.run is POST /api/v1/detection/run;
+// both need an operator key). When the Backend has it, the MCP server
+// offers the tools drills.run and detection.run.
+type Operator interface {
+	Operate(ctx context.Context, key, action string, body []byte) (status int, answer []byte, err error)
+}
+
 // Options configure the MCP server. The zero value is usable.
 type Options struct {
 	// Version is reported as the server's version in the MCP handshake;
@@ -80,6 +89,9 @@ const (
 	ToolAcquire = "coordination.lease.acquire"
 	ToolRelease = "coordination.lease.release"
 	ToolWait    = "coordination.wait"
+	// Operator tools (an Operator backend and an operator key).
+	ToolDrillsRun    = "drills.run"
+	ToolDetectionRun = "detection.run"
 )
 
 // The spellings of Options.ToolNames.
@@ -131,6 +143,10 @@ Arguments: resource and actorDid (your own DID, the one you acquired with). Rele
 const waitDescription = `Read the lease plane's queues: for every resource that is held or waited on, its holders (with lease ids and expiry times) and its waiters in queue order (admitted, sinceMs, lapsesAtMs), plus the deadlock refusals of the last 30000 ms. Takes no arguments and changes nothing.
 
 Use it to see who holds what before asking, or to find the agents you are waiting on. Waiters not admitted (beyond the first 8) should back off longer.`
+
+const drillsDescription = `Start a run of the lease plane's six drills (two agents and one slot, a holder that crashes, a deadlock, a herd of fifty, a stale leaseId, an operator suspending an agent), each against the live plane in a workspace of its own, compared with the kernel's own replay. Takes no arguments; needs an operator key. The result has the run's "id"; the run goes on in the background (the crashed holder takes 30 s): GET /api/v1/drills/runs lists runs and their drills, a failed drill with the first answer that differed.`
+
+const detectionDescription = `Run a detector over this workspace's signed ledger. Argument: detector (the name; "lease-overlap" finds pairs of leases on one resource whose lives overlapped with conflicting modes, and fences that did not rise). Needs an operator key. The result has the checkpoint the run read up to and the findings, each citing both ledger entries with inclusion proofs and the case it was filed as (a case is filed once however often runs repeat).`
 
 const instructions = `leaseplane coordinates agents that share resources. Before acting on a shared resource, call coordination.lease.acquire; act only when the result has ok true; call coordination.lease.release when done. On lease_held ask again with waitUpToMs (up to 30000) to be answered when the lease is yours; on deadlock release what you hold.`
 
@@ -192,6 +208,15 @@ var (
 		"queues":    map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
 		"deadlocks": map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
 	})
+	drillsOutput = objectSchema(map[string]any{
+		"id": map[string]any{"type": "string", "description": "the run's id, as GET /api/v1/drills/runs lists it"},
+	})
+	detectionOutput = objectSchema(map[string]any{
+		"detector":   map[string]any{"type": "string"},
+		"checkpoint": map[string]any{"type": "string", "description": "the signed checkpoint the run read the ledger up to"},
+		"treeSize":   map[string]any{"type": "integer"},
+		"findings":   map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
+	})
 )
 
 var (
@@ -214,6 +239,8 @@ type tool struct {
 	def  *sdk.Tool
 	op   kernel.Op
 	args []arg
+	// action, for an operator tool, is what Operator.Operate runs.
+	action string
 }
 
 // arg is one argument a tool takes.
@@ -270,6 +297,35 @@ func tools() []tool {
 				Annotations:  &sdk.ToolAnnotations{Title: "Read the queues", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: boolp(false)},
 			},
 			op: kernel.OpWait,
+		},
+	}
+}
+
+// operatorTools are the tools of an Operator backend.
+func operatorTools() []tool {
+	return []tool{
+		{
+			def: &sdk.Tool{
+				Name:         ToolDrillsRun,
+				Title:        "Run the drills",
+				Description:  drillsDescription,
+				InputSchema:  inputSchema(map[string]any{}),
+				OutputSchema: drillsOutput,
+				Annotations:  &sdk.ToolAnnotations{Title: "Run the drills", DestructiveHint: boolp(false), OpenWorldHint: boolp(false)},
+			},
+			action: ToolDrillsRun,
+		},
+		{
+			def: &sdk.Tool{
+				Name:         ToolDetectionRun,
+				Title:        "Run a detector over the ledger",
+				Description:  detectionDescription,
+				InputSchema:  inputSchema(map[string]any{"detector": map[string]any{"type": "string", "description": "the detector's name, such as lease-overlap"}}, "detector"),
+				OutputSchema: detectionOutput,
+				Annotations:  &sdk.ToolAnnotations{Title: "Run a detector", DestructiveHint: boolp(false), OpenWorldHint: boolp(false)},
+			},
+			action: ToolDetectionRun,
+			args:   []arg{{name: "detector", kind: "string", required: true, forward: true}},
 		},
 	}
 }
@@ -419,7 +475,12 @@ func newServer(b Backend, keyOf func(*sdk.CallToolRequest) string, o Options) *s
 		&sdk.ServerOptions{Instructions: instructions, Logger: logger})
 	underscore := o.ToolNames == NamesUnderscore
 	listed := map[string]string{} // either spelling -> the listed one
-	for _, t := range tools() {
+	all := tools()
+	op, isOperator := b.(Operator)
+	if isOperator {
+		all = append(all, operatorTools()...)
+	}
+	for _, t := range all {
 		dotted := t.def.Name
 		if underscore {
 			t.def.Name = Underscored(dotted)
@@ -432,7 +493,12 @@ func newServer(b Backend, keyOf func(*sdk.CallToolRequest) string, o Options) *s
 			}
 			var status int
 			var answer []byte
-			if wait > 0 {
+			if t.action != "" {
+				if body == nil {
+					body = []byte("{}")
+				}
+				status, answer, err = op.Operate(ctx, keyOf(req), t.action, body)
+			} else if wait > 0 {
 				wb, ok := b.(WaitingBackend)
 				if !ok {
 					return errorResult(t.def.Name + ": this plane cannot hold a request: call again without waitUpToMs"), nil

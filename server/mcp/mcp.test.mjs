@@ -20,6 +20,8 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 const didA = 'did:web:acme.example:agent:a';
 const didB = 'did:web:acme.example:agent:b';
 const tools = ['coordination.lease.acquire', 'coordination.lease.release', 'coordination.wait'];
+// The server's own backend also offers the operator's tools (an operator key runs them).
+const operatorTools = ['detection.run', 'drills.run'];
 
 let dir, bin, server, url, wsKey, agentKey;
 
@@ -95,7 +97,7 @@ for (const [name, connect] of [['http', connectHTTP], ['stdio', connectStdio]]) 
     const ws = await connect(wsKey);
     try {
       const listed = await a.listTools();
-      assert.deepEqual(listed.tools.map((t) => t.name).sort(), tools);
+      assert.deepEqual(listed.tools.map((t) => t.name).sort(), [...tools, ...operatorTools].sort());
       for (const t of listed.tools) {
         assert.ok(t.outputSchema, `${t.name} declares no output schema`);
         assert.equal(t.inputSchema.type, 'object');
@@ -168,7 +170,7 @@ test('stdio with an unknown key gives an unauthorized error result', async () =>
 // takes both spellings (here over stdio; serve's /mcp lists dotted names
 // and takes underscore ones too).
 test('underscore tool names: listed, and both spellings called', async () => {
-  const underscored = tools.map((t) => t.replaceAll('.', '_'));
+  const underscored = [...tools, ...operatorTools].map((t) => t.replaceAll('.', '_')).sort();
   const c = await connectStdio(agentKey, '--mcp-tool-names', 'underscore');
   const h = await connectHTTP(agentKey);
   try {

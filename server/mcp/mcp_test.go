@@ -196,11 +196,16 @@ func listTools(t *testing.T, cs *sdk.ClientSession) map[string]*jsonschema.Resol
 		ToolAcquire: {"resource", "actorDid"},
 		ToolRelease: {"resource", "actorDid"},
 		ToolWait:    nil,
+		// the operator tools, offered by a Backend that is an Operator
+		ToolDrillsRun:    nil,
+		ToolDetectionRun: {"detector"},
 	}
 	props := map[string][]string{
-		ToolAcquire: {"actorDid", "resource", "ttlMs", "waitUpToMs"},
-		ToolRelease: {"actorDid", "resource"},
-		ToolWait:    nil,
+		ToolAcquire:      {"actorDid", "resource", "ttlMs", "waitUpToMs"},
+		ToolRelease:      {"actorDid", "resource"},
+		ToolWait:         nil,
+		ToolDrillsRun:    nil,
+		ToolDetectionRun: {"detector"},
 	}
 	for _, tl := range lt.Tools {
 		names = append(names, tl.Name)
@@ -229,7 +234,12 @@ func listTools(t *testing.T, cs *sdk.ClientSession) map[string]*jsonschema.Resol
 		}
 	}
 	slices.Sort(names)
-	if want := []string{ToolAcquire, ToolRelease, ToolWait}; !slices.Equal(names, want) {
+	want := []string{ToolAcquire, ToolRelease, ToolWait}
+	if slices.Contains(names, ToolDrillsRun) {
+		want = []string{ToolAcquire, ToolRelease, ToolWait, ToolDetectionRun, ToolDrillsRun}
+		slices.Sort(want)
+	}
+	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	return out
