@@ -33,8 +33,8 @@ export function replayAll(bin) {
 }
 
 // startServe runs `leaseplane serve` on a free port and resolves its URL.
-export function startServe(bin, tmp) {
-  const proc = spawn(bin, ["serve", "--addr", "127.0.0.1:0", "--data", path.join(tmp, "data"), "--log-level", "warn"], { stdio: ["ignore", "pipe", "pipe"] });
+export function startServe(bin, tmp, extra = []) {
+  const proc = spawn(bin, ["serve", "--addr", "127.0.0.1:0", "--data", path.join(tmp, "data"), "--log-level", "warn", ...extra], { stdio: ["ignore", "pipe", "pipe"] });
   return new Promise((resolve, reject) => {
     let out = "", err = "";
     const timer = setTimeout(() => reject(new Error("leaseplane serve did not start in 20 s: " + err)), 20000);
