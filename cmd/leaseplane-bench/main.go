@@ -136,6 +136,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bare := fs.Bool("bare", false, "also measure a bare in-memory map behind net/http (the HTTP stack's ceiling)")
 	workloads := fs.String("workloads", "spread,contended,queue", "comma-separated workloads: spread, contended, queue")
 	jitter := fs.Bool("jitter", false, "leaseplane clients that must wait sleep waitMs plus a random part of it (at most half, at most 500 ms), not waitMs exactly")
+	noLedger := fs.Bool("no-ledger", false, "also measure each engine with the signed ledger off (what the ledger costs)")
 	rawClient := fs.Bool("raw-client", false, "drive leaseplane with a minimal HTTP/1.1 client instead of server/client over net/http")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the leaseplane runs (server and load generator) to this file")
 	fs.Usage = func() {
@@ -183,7 +184,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var targets []mk
 	for _, e := range engs {
-		targets = append(targets, mk{"leaseplane/" + e, func() (target, error) { return openPlane(e, *clients, *rawClient, *jitter) }})
+		targets = append(targets, mk{"leaseplane/" + e, func() (target, error) { return openPlane(e, *clients, *rawClient, *jitter, false) }})
+		if *noLedger {
+			targets = append(targets, mk{"leaseplane/" + e + "/no-ledger", func() (target, error) { return openPlane(e, *clients, *rawClient, *jitter, true) }})
+		}
 	}
 	if *bare {
 		targets = append(targets, mk{"bare-map", func() (target, error) { return openBare(*clients) }})

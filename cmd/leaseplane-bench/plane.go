@@ -48,7 +48,7 @@ type planeTarget struct {
 	jitter bool
 }
 
-func openPlane(engineName string, clients int, raw, jitter bool) (*planeTarget, error) {
+func openPlane(engineName string, clients int, raw, jitter, noLedger bool) (*planeTarget, error) {
 	f, err := engine(engineName)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", engineName, err)
@@ -57,7 +57,7 @@ func openPlane(engineName string, clients int, raw, jitter bool) (*planeTarget, 
 	if err != nil {
 		return nil, err
 	}
-	s, err := server.New(server.Config{DataDir: dir, Engine: f, Clock: time.Now})
+	s, err := server.New(server.Config{DataDir: dir, Engine: f, Clock: time.Now, NoLedger: noLedger})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -76,9 +76,16 @@ func openPlane(engineName string, clients int, raw, jitter bool) (*planeTarget, 
 	}
 	go s.Serve(ln)
 	return &planeTarget{
-		label: "leaseplane/" + engineName, srv: s, dir: dir, url: "http://" + ln.Addr().String(), key: key,
+		label: label(engineName, noLedger), srv: s, dir: dir, url: "http://" + ln.Addr().String(), key: key,
 		hc: newHTTPClient(clients), raw: raw, jitter: jitter,
 	}, nil
+}
+
+func label(engineName string, noLedger bool) string {
+	if noLedger {
+		return "leaseplane/" + engineName + "/no-ledger"
+	}
+	return "leaseplane/" + engineName
 }
 
 // newHTTPClient keeps one idle connection per bench client.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 )
 
@@ -12,41 +13,36 @@ import (
 const LedgerFileName = "ledger.db"
 
 // ledgerSchema is the ledger's: a file of its own, so that its writes never
-// add to a command's commit. Entries and hashes are append-only (triggers
-// refuse UPDATE and DELETE); a workspace's position (the last logged
-// command whose events are entries, and the tree size) moves in the same
-// transaction as the entries it covers.
+// add to a command's commit. Entries are append-only (triggers refuse
+// UPDATE and DELETE); each row keeps, beside the entry's bytes, the tree
+// hashes stored when it was appended (tlog's StoredHashes: one to
+// 1+log2(n), concatenated), so an append is one row per entry. A
+// workspace's position (the last logged command whose events are entries,
+// and the tree size) moves in the same transaction as the entries it
+// covers.
 const ledgerSchema = `
-CREATE TABLE IF NOT EXISTS ledger_state(
+CREATE TABLE IF NOT EXISTS position(
 	workspace_id INTEGER PRIMARY KEY,
 	seq INTEGER NOT NULL,
 	size INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS ledger_entries(
+CREATE TABLE IF NOT EXISTS entries(
 	workspace_id INTEGER NOT NULL,
 	idx INTEGER NOT NULL,
 	seq INTEGER NOT NULL,
 	lease_id TEXT,
 	data BLOB NOT NULL,
+	hashes BLOB NOT NULL,
 	PRIMARY KEY(workspace_id, idx)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ledger_entries_lease ON ledger_entries(workspace_id, lease_id) WHERE lease_id IS NOT NULL;
-CREATE TABLE IF NOT EXISTS ledger_hashes(
-	workspace_id INTEGER NOT NULL,
-	hidx INTEGER NOT NULL,
-	hash BLOB NOT NULL,
-	PRIMARY KEY(workspace_id, hidx)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS ledger_checkpoints(
+CREATE INDEX IF NOT EXISTS entries_by_lease ON entries(workspace_id, lease_id) WHERE lease_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS checkpoints(
 	workspace_id INTEGER NOT NULL,
 	size INTEGER NOT NULL,
 	note BLOB NOT NULL,
 	PRIMARY KEY(workspace_id, size)) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS ledger_entries_no_update BEFORE UPDATE ON ledger_entries
+CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
 	BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS ledger_entries_no_delete BEFORE DELETE ON ledger_entries
+CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
 	BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS ledger_hashes_no_update BEFORE UPDATE ON ledger_hashes
-	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS ledger_hashes_no_delete BEFORE DELETE ON ledger_hashes
-	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
 `
 
 // LedgerPos is how far a workspace's ledger has come: Seq is the last
@@ -64,7 +60,8 @@ type LedgerEntry struct {
 }
 
 // LedgerAppend moves one workspace's ledger from From to To, adding
-// Entries (indexes From.Size...) and Hashes (stored hash indexes HashStart...).
+// Entries (indexes From.Size...) and Hashes (the stored hashes from index
+// HashStart on, in tlog's order: each entry's, then the next one's).
 type LedgerAppend struct {
 	Workspace int64
 	From, To  LedgerPos
@@ -80,7 +77,7 @@ var ErrLedgerMoved = errors.New("the ledger's position is not the one the append
 // LedgerPos reads a workspace's ledger position (zero when it has none).
 func (s *Store) LedgerPos(ctx context.Context, ws int64) (LedgerPos, bool, error) {
 	var p LedgerPos
-	err := s.ldb.QueryRowContext(ctx, `SELECT seq, size FROM ledger_state WHERE workspace_id = ?`, ws).Scan(&p.Seq, &p.Size)
+	err := s.ldb.QueryRowContext(ctx, `SELECT seq, size FROM position WHERE workspace_id = ?`, ws).Scan(&p.Seq, &p.Size)
 	if errors.Is(err, sql.ErrNoRows) {
 		return LedgerPos{}, false, nil
 	}
@@ -107,11 +104,11 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 	for _, a := range appends {
 		var res sql.Result
 		if a.From == (LedgerPos{}) {
-			res, err = tx.Exec(`INSERT INTO ledger_state(workspace_id, seq, size) VALUES(?, ?, ?)
+			res, err = tx.Exec(`INSERT INTO position(workspace_id, seq, size) VALUES(?, ?, ?)
 				ON CONFLICT(workspace_id) DO UPDATE SET seq = excluded.seq, size = excluded.size
-				WHERE ledger_state.seq = 0 AND ledger_state.size = 0`, a.Workspace, a.To.Seq, a.To.Size)
+				WHERE position.seq = 0 AND position.size = 0`, a.Workspace, a.To.Seq, a.To.Size)
 		} else {
-			res, err = tx.Exec(`UPDATE ledger_state SET seq = ?, size = ? WHERE workspace_id = ? AND seq = ? AND size = ?`,
+			res, err = tx.Exec(`UPDATE position SET seq = ?, size = ? WHERE workspace_id = ? AND seq = ? AND size = ?`,
 				a.To.Seq, a.To.Size, a.Workspace, a.From.Seq, a.From.Size)
 		}
 		if err != nil {
@@ -123,9 +120,13 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 		if a.From.Size+int64(len(a.Entries)) != a.To.Size {
 			return fmt.Errorf("store: ledger of workspace %d: %d entries do not take size %d to %d", a.Workspace, len(a.Entries), a.From.Size, a.To.Size)
 		}
+		if a.HashStart != storedHashCount(a.From.Size) || int64(len(a.Hashes)) != storedHashCount(a.To.Size)-a.HashStart {
+			return fmt.Errorf("store: ledger of workspace %d: %d hashes from %d do not fit entries %d to %d", a.Workspace, len(a.Hashes), a.HashStart, a.From.Size, a.To.Size)
+		}
+		h := 0
 		for start := 0; start < len(a.Entries); start += rowsPerInsert {
 			chunk := a.Entries[start:min(start+rowsPerInsert, len(a.Entries))]
-			args := make([]any, 0, 5*len(chunk))
+			args := make([]any, 0, 6*len(chunk))
 			for i, e := range chunk {
 				if e.Index != a.From.Size+int64(start+i) {
 					return fmt.Errorf("store: ledger of workspace %d: entry %d out of place", a.Workspace, e.Index)
@@ -134,24 +135,22 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 				if e.LeaseID != "" {
 					lease = e.LeaseID
 				}
-				args = append(args, a.Workspace, e.Index, e.Seq, lease, e.Data)
+				n := hashesOf(e.Index)
+				blob := make([]byte, 0, 32*n)
+				for _, x := range a.Hashes[h : h+n] {
+					blob = append(blob, x[:]...)
+				}
+				h += n
+				args = append(args, a.Workspace, e.Index, e.Seq, lease, e.Data, blob)
 			}
-			q := `INSERT INTO ledger_entries(workspace_id, idx, seq, lease_id, data) VALUES ` +
-				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", len(chunk)), ", ")
-			if _, err := tx.Exec(q, args...); err != nil {
+			q := `INSERT INTO entries(workspace_id, idx, seq, lease_id, data, hashes) VALUES ` +
+				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(chunk)), ", ")
+			st, err := s.stmt(s.ldb, &s.entryStmts, q, len(chunk))
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Stmt(st).Exec(args...); err != nil {
 				return fmt.Errorf("store: write ledger entries of workspace %d: %w", a.Workspace, err)
-			}
-		}
-		for start := 0; start < len(a.Hashes); start += rowsPerInsert {
-			chunk := a.Hashes[start:min(start+rowsPerInsert, len(a.Hashes))]
-			args := make([]any, 0, 3*len(chunk))
-			for i, h := range chunk {
-				args = append(args, a.Workspace, a.HashStart+int64(start+i), h[:])
-			}
-			q := `INSERT INTO ledger_hashes(workspace_id, hidx, hash) VALUES ` +
-				strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(chunk)), ", ")
-			if _, err := tx.Exec(q, args...); err != nil {
-				return fmt.Errorf("store: write ledger hashes of workspace %d: %w", a.Workspace, err)
 			}
 		}
 	}
@@ -161,7 +160,30 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 	return nil
 }
 
-// LedgerHashes reads stored hashes of a workspace's tree by index.
+// storedHashCount is how many tree hashes n entries store (tlog's
+// StoredHashCount): 2n minus the ones in n.
+func storedHashCount(n int64) int64 { return 2*n - int64(bits.OnesCount64(uint64(n))) }
+
+// hashesOf is how many tree hashes appending entry n stores: one, and one
+// more for each subtree it completes.
+func hashesOf(n int64) int { return 1 + bits.TrailingZeros64(^uint64(n)) }
+
+// hashHome is the entry whose row keeps stored hash x, and its place there.
+func hashHome(x int64) (entry int64, at int) {
+	lo, hi := int64(0), x // storedHashCount(entry) <= x < storedHashCount(entry+1)
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if storedHashCount(mid) <= x {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, int(x - storedHashCount(lo))
+}
+
+// LedgerHashes reads stored hashes of a workspace's tree by their tlog
+// index.
 func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([][32]byte, error) {
 	out := make([][32]byte, len(indexes))
 	if len(indexes) == 0 {
@@ -170,9 +192,10 @@ func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([]
 	args := make([]any, 0, len(indexes)+1)
 	args = append(args, ws)
 	for _, x := range indexes {
-		args = append(args, x)
+		e, _ := hashHome(x)
+		args = append(args, e)
 	}
-	rows, err := s.ldb.QueryContext(ctx, `SELECT hidx, hash FROM ledger_hashes WHERE workspace_id = ? AND hidx IN (`+
+	rows, err := s.ldb.QueryContext(ctx, `SELECT idx, hashes FROM entries WHERE workspace_id = ? AND idx IN (`+
 		strings.TrimSuffix(strings.Repeat("?, ", len(indexes)), ", ")+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
@@ -180,22 +203,23 @@ func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([]
 	defer rows.Close()
 	got := make(map[int64][]byte, len(indexes))
 	for rows.Next() {
-		var x int64
+		var e int64
 		var h []byte
-		if err := rows.Scan(&x, &h); err != nil {
+		if err := rows.Scan(&e, &h); err != nil {
 			return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
 		}
-		got[x] = h
+		got[e] = h
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
 	}
 	for i, x := range indexes {
-		h, ok := got[x]
-		if !ok || len(h) != 32 {
+		e, at := hashHome(x)
+		h, ok := got[e]
+		if !ok || len(h) < 32*(at+1) {
 			return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
 		}
-		out[i] = [32]byte(h)
+		out[i] = [32]byte(h[32*at : 32*at+32])
 	}
 	return out, nil
 }
@@ -203,7 +227,7 @@ func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([]
 // LedgerEntries reads up to count entries of a workspace's ledger from
 // index start, in order.
 func (s *Store) LedgerEntries(ctx context.Context, ws, start int64, count int) ([]LedgerEntry, error) {
-	rows, err := s.ldb.QueryContext(ctx, `SELECT idx, seq, coalesce(lease_id, ''), data FROM ledger_entries
+	rows, err := s.ldb.QueryContext(ctx, `SELECT idx, seq, coalesce(lease_id, ''), data FROM entries
 		WHERE workspace_id = ? AND idx >= ? ORDER BY idx LIMIT ?`, ws, start, count)
 	if err != nil {
 		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
@@ -223,7 +247,9 @@ func (s *Store) LedgerEntries(ctx context.Context, ws, start int64, count int) (
 // LedgerLease finds the grant entry of a lease (the latest, should an id
 // repeat); ok is false when there is none.
 func (s *Store) LedgerLease(ctx context.Context, ws int64, leaseID string) (e LedgerEntry, ok bool, err error) {
-	err = s.ldb.QueryRowContext(ctx, `SELECT idx, seq, lease_id, data FROM ledger_entries
+	// INDEXED BY: without statistics the planner would walk the table
+	// backwards for ORDER BY idx DESC.
+	err = s.ldb.QueryRowContext(ctx, `SELECT idx, seq, lease_id, data FROM entries INDEXED BY entries_by_lease
 		WHERE workspace_id = ? AND lease_id = ? ORDER BY idx DESC LIMIT 1`, ws, leaseID).Scan(&e.Index, &e.Seq, &e.LeaseID, &e.Data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, false, nil
@@ -237,7 +263,7 @@ func (s *Store) LedgerLease(ctx context.Context, ws int64, leaseID string) (e Le
 // SaveCheckpoint keeps a signed checkpoint of a workspace's tree of size
 // size (once: a second one of the same size is ignored).
 func (s *Store) SaveCheckpoint(ctx context.Context, ws, size int64, note []byte) error {
-	if _, err := s.ldb.ExecContext(ctx, `INSERT OR IGNORE INTO ledger_checkpoints(workspace_id, size, note) VALUES(?, ?, ?)`,
+	if _, err := s.ldb.ExecContext(ctx, `INSERT OR IGNORE INTO checkpoints(workspace_id, size, note) VALUES(?, ?, ?)`,
 		ws, size, note); err != nil {
 		return fmt.Errorf("store: save checkpoint %d of workspace %d: %w", size, ws, err)
 	}
@@ -247,7 +273,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, ws, size int64, note []byte)
 // LatestCheckpoint reads the signed checkpoint of the largest tree of a
 // workspace; ok is false when none was signed yet.
 func (s *Store) LatestCheckpoint(ctx context.Context, ws int64) (size int64, note []byte, ok bool, err error) {
-	err = s.ldb.QueryRowContext(ctx, `SELECT size, note FROM ledger_checkpoints WHERE workspace_id = ? ORDER BY size DESC LIMIT 1`, ws).Scan(&size, &note)
+	err = s.ldb.QueryRowContext(ctx, `SELECT size, note FROM checkpoints WHERE workspace_id = ? ORDER BY size DESC LIMIT 1`, ws).Scan(&size, &note)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil, false, nil
 	}

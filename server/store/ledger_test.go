@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // TestLedgerAppendOnce: an append moves the position only from where it
@@ -12,8 +14,8 @@ func TestLedgerAppendOnce(t *testing.T) {
 	s := open(t, t.TempDir(), Options{})
 	ctx := context.Background()
 	a := LedgerAppend{Workspace: 1, To: LedgerPos{Seq: 3, Size: 1},
-		Entries: []LedgerEntry{{Index: 0, Seq: 2, LeaseID: "lease_1", Data: []byte(`{"type":"coordination.lease"}`)}},
-		Hashes:  [][32]byte{{1}}}
+		Entries:   []LedgerEntry{{Index: 0, Seq: 2, LeaseID: "lease_1", Data: []byte(`{"type":"coordination.lease"}`)}},
+		HashStart: 0, Hashes: [][32]byte{{1}}}
 	if err := s.AppendLedger([]LedgerAppend{a}); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func TestLedgerAppendOnce(t *testing.T) {
 	if e, ok, err := s.LedgerLease(ctx, 1, "lease_1"); err != nil || !ok || e.Index != 0 {
 		t.Fatalf("lease look-up %+v %v %v", e, ok, err)
 	}
-	if _, err := s.ldb.Exec(`DELETE FROM ledger_entries`); err == nil {
+	if _, err := s.ldb.Exec(`DELETE FROM entries`); err == nil {
 		t.Error("ledger entries could be deleted")
 	}
 }
@@ -56,5 +58,22 @@ func TestLogKeptBehindLedger(t *testing.T) {
 	rows, err := s.LogEvents(context.Background(), 1, 0, 10)
 	if err != nil || len(rows) != 10 || rows[0].Seq != 6 || string(rows[0].Events) != `[{"n":1}]` || !rows[0].Known {
 		t.Fatalf("log after the snapshot starts %+v (%v), want seq 6 with its events", rows[:min(1, len(rows))], err)
+	}
+}
+
+// TestHashHome: the entry rows keep tlog's stored hashes where tlog
+// numbers them.
+func TestHashHome(t *testing.T) {
+	x := int64(0)
+	for n := int64(0); n < 3000; n++ {
+		if got, want := storedHashCount(n), tlog.StoredHashCount(n); got != want {
+			t.Fatalf("storedHashCount(%d) = %d, tlog says %d", n, got, want)
+		}
+		for k := range hashesOf(n) {
+			if e, at := hashHome(x); e != n || at != k {
+				t.Fatalf("hash %d: home (%d, %d), want (%d, %d)", x, e, at, n, k)
+			}
+			x++
+		}
 	}
 }

@@ -152,6 +152,7 @@ type Store struct {
 
 	stmtMu               sync.Mutex
 	logStmts, eventStmts [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
+	entryStmts           [rowsPerInsert + 1]*sql.Stmt // the ledger's, likewise
 }
 
 // stmt returns the prepared multi-row INSERT for n rows, preparing it on
@@ -320,6 +321,7 @@ func (s *Store) Close() error {
 	stmts := []*sql.Stmt{s.delLog}
 	stmts = append(stmts, s.logStmts[:]...)
 	stmts = append(stmts, s.eventStmts[:]...)
+	stmts = append(stmts, s.entryStmts[:]...)
 	s.stmtMu.Unlock()
 	for _, st := range stmts {
 		if st != nil {

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+)
+
+// BenchmarkLedgerHandlerPair is BenchmarkHandlerPair with the signed
+// ledger on and off: what the ledger costs an acquire+release pair (the
+// events kept in the log row, the hand-off to the ledger, and the ledger's
+// writer and signer running beside the commits).
+func BenchmarkLedgerHandlerPair(b *testing.B) {
+	for _, noLedger := range []bool{false, true} {
+		name := "ledger=on"
+		if noLedger {
+			name = "ledger=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now, NoLedger: noLedger})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Shutdown(context.Background())
+			key, _, err := s.Bootstrap("bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			h := s.Handler()
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(1)
+				body := fmt.Sprintf(`{"resource":"lock:bench/%d","actorDid":"did:example:bench%d"}`, i, i)
+				for pb.Next() {
+					for _, path := range []string{RouteLease, RouteRelease} {
+						req := httptest.NewRequest("POST", path, strings.NewReader(body))
+						req.Header.Set("Authorization", "Bearer "+key)
+						w := httptest.NewRecorder()
+						h.ServeHTTP(w, req)
+						if w.Code != 200 {
+							b.Fatalf("%s: %d %s", path, w.Code, w.Body)
+						}
+					}
+				}
+			})
+			b.StopTimer()
+			reportCommits(b, s)
+		})
+	}
+}
+
+// BenchmarkLedgerReceiptOfNewGrant is a grant and then its receipt, as
+// `leaseplane lease --receipt` asks for it: the route waits for the
+// ledger's writer to append the grant and signs a checkpoint that covers
+// it on demand.
+func BenchmarkLedgerReceiptOfNewGrant(b *testing.B) {
+	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	key, _, err := s.Bootstrap("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := s.Handler()
+	var grant, receipt time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		req := httptest.NewRequest("POST", RouteLease, strings.NewReader(fmt.Sprintf(`{"resource":"lock:r%d","actorDid":"did:example:a"}`, i)))
+		req.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("lease: %d %s", w.Code, w.Body)
+		}
+		t1 := time.Now()
+		id := strings.Split(strings.Split(w.Body.String(), `"id":"`)[1], `"`)[0]
+		req = httptest.NewRequest("GET", "/api/v1/ledger/receipt?leaseId="+id, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("receipt: %d %s", w.Code, w.Body)
+		}
+		grant += t1.Sub(t0)
+		receipt += time.Since(t1)
+	}
+	b.ReportMetric(float64(grant.Microseconds())/float64(b.N), "grant-µs/op")
+	b.ReportMetric(float64(receipt.Microseconds())/float64(b.N), "receipt-µs/op")
+}
