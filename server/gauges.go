@@ -1,6 +1,10 @@
 package server
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leaseplane/leaseplane/server/store"
+)
 
 // workspaceGauges is a Prometheus collector of what each loaded
 // workspace's machine holds: live leases, waiters, live resources and
@@ -36,7 +40,9 @@ func (g *workspaceGauges) Collect(ch chan<- prometheus.Metric) {
 	g.s.wsMu.RLock()
 	wss := make([]*workspace, 0, len(g.s.workspaces))
 	for _, ws := range g.s.workspaces {
-		wss = append(wss, ws)
+		if !store.IsDrillWorkspace(ws.name) { // a drill's lives for one drill
+			wss = append(wss, ws)
+		}
 	}
 	g.s.wsMu.RUnlock()
 	for _, ws := range wss {
