@@ -111,6 +111,7 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKernel$$' -fuzztime $(FUZZTIME) ./kernel
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./kernel
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzToolArguments$$' -fuzztime $(FUZZTIME) ./server/mcp
 
 # test-long: the linearizability check (server/lincheck) for ten minutes
 # with 32 clients, the plane SIGKILLed every 3 s on average and a commit
