@@ -67,6 +67,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -340,7 +341,14 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Serve answers HTTP on ln until Shutdown; it returns nil after Shutdown.
 // At most Config.MaxConns connections are served at once; request headers
 // must arrive within 10 s and bodies within Config.BodyTimeout.
-func (s *Server) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, nil) }
+
+// ServeTLS is Serve over TLS with cert (the certificate and its chain).
+func (s *Server) ServeTLS(ln net.Listener, cert tls.Certificate) error {
+	return s.serve(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+}
+
+func (s *Server) serve(ln net.Listener, tc *tls.Config) error {
 	ln = newLimitListener(ln, s.cfg.MaxConns)
 	hs := &http.Server{
 		Handler:           s.handler,
@@ -357,7 +365,13 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.httpSrv = append(s.httpSrv, hs)
 	s.httpMu.Unlock()
-	err := hs.Serve(ln)
+	var err error
+	if tc != nil {
+		hs.TLSConfig = tc
+		err = hs.ServeTLS(ln, "", "")
+	} else {
+		err = hs.Serve(ln)
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,6 +75,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	mcpNames := fs.String("mcp-tool-names", mcp.NamesDotted, "how /mcp's tools/list spells the tools: dotted (coordination.lease.acquire) or underscore (coordination_lease_acquire, for Claude Desktop, Codex, Copilot); tools/call takes both")
 	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
 	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (and its chain); needs --tls-key")
+	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
 	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
@@ -108,6 +111,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	if !ok {
 		fmt.Fprintf(stderr, "leaseplane serve: unknown engine %q (have %s)\n", *engine, strings.Join(engineNames(), ", "))
 		return 2
+	}
+	var cert *tls.Certificate
+	if (*tlsCert == "") != (*tlsKey == "") {
+		fmt.Fprintln(stderr, "leaseplane serve: --tls-cert and --tls-key go together")
+		return 2
+	}
+	if *tlsCert != "" {
+		c, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			fmt.Fprintf(stderr, "leaseplane serve: --tls-cert %s, --tls-key %s: %v\n", *tlsCert, *tlsKey, err)
+			return 2
+		}
+		cert = &c
 	}
 	// Bind before anything is created: a first start that cannot listen
 	// must not make the workspace whose key it could then never show.
@@ -186,6 +202,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		}
 	}
 	url := "http://" + ln.Addr().String()
+	if cert != nil {
+		url = "https://" + ln.Addr().String()
+	} else if !loopbackOnly(ln.Addr()) {
+		fmt.Fprintf(stderr, "leaseplane serve: warning: serving on %s without TLS: keys and leases cross the network in clear; "+
+			"give --tls-cert and --tls-key, or put a TLS proxy in front and listen on 127.0.0.1\n", ln.Addr())
+	}
 	if created {
 		fmt.Fprintf(stdout, "leaseplane: first start on an empty data folder: created workspace %q and a workspace key.\n", firstWorkspace)
 		fmt.Fprintf(stdout, "leaseplane: it is shown only now; more with: leaseplane keys create --data %s --workspace %s\n", *data, firstWorkspace)
@@ -197,7 +219,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		env.ready(ln.Addr().String())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if cert != nil {
+			errc <- srv.ServeTLS(ln, *cert)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
 	select {
 	case <-ctx.Done():
 		logger.Info("stopping: draining requests and committing")
@@ -212,4 +240,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		}
 		return 0
 	}
+}
+
+// loopbackOnly reports whether addr can be reached only from this machine.
+func loopbackOnly(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
