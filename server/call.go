@@ -116,7 +116,7 @@ func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, 
 	case kernel.OpAcquire, kernel.OpRelease, kernel.OpWait:
 	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
 		if k.Role != store.RoleOperator {
-			return refusal(403, ReasonForbidden, string(op)+" needs an operator key; this is a "+string(k.Role)+" key"), nil
+			return refusal(403, ReasonForbidden, string(op)+" needs an operator key; this is "+withArticle(string(k.Role))+" key"), nil
 		}
 	default:
 		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend, resume or forget")}, nil
@@ -294,4 +294,12 @@ func (s *Server) watchKeys(stop <-chan struct{}, done chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// withArticle puts "a" or "an" before a role's name: "an agent", "a workspace".
+func withArticle(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
 }

@@ -311,7 +311,7 @@ func (s *Server) keyRoute(method string, operator bool, h func(r *http.Request, 
 			return
 		}
 		if operator && k.Role != store.RoleOperator {
-			writeReply(w, refusal(403, ReasonForbidden, r.URL.Path+" needs an operator key; this is a "+string(k.Role)+" key"))
+			writeReply(w, refusal(403, ReasonForbidden, r.URL.Path+" needs an operator key; this is "+withArticle(string(k.Role))+" key"))
 			return
 		}
 		if k.Role == store.RoleAgent {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server/ledger"
+	"github.com/leaseplane/leaseplane/server/store"
 )
 
 // The routes.
@@ -35,6 +36,7 @@ func (s *Server) routes() {
 	s.mux.Handle(RouteSuspend, s.route(http.MethodPost, kernel.OpSuspend))
 	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
 	s.mux.Handle(RouteForget, s.route(http.MethodPost, kernel.OpForget))
+	s.mux.HandleFunc(RouteWhoami, s.whoami)
 	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
 	s.drillRoutes()
 	s.detectionRoutes()
@@ -44,6 +46,41 @@ func (s *Server) routes() {
 	}))
 	s.mux.HandleFunc("/healthz", s.healthz)
 	s.mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+}
+
+// RouteWhoami tells a key's holder what the key is: its workspace, its
+// role and, for an agent key, the agent it names (the CLI's --as default).
+const RouteWhoami = "/api/v1/whoami"
+
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", http.MethodGet)
+		writeEarly(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes GET, not "+r.Method))
+		return
+	}
+	key, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+		writeEarly(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
+		return
+	}
+	k, rep, ok := s.authenticateLive(r.Context(), key)
+	if !ok {
+		if rep.status == 401 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+		}
+		writeEarly(w, rep)
+		return
+	}
+	b := append([]byte(nil), `{"ok":true,"workspace":`...)
+	b = kernel.AppendQuote(b, k.Workspace)
+	b = append(b, `,"role":`...)
+	b = kernel.AppendQuote(b, string(k.Role))
+	if k.Role == store.RoleAgent {
+		b = append(b, `,"actorDid":`...)
+		b = kernel.AppendQuote(b, k.AgentDID)
+	}
+	writeReply(w, reply{status: 200, answer: append(b, '}')})
 }
 
 // route answers one lease route: method check, bearer key (checked before

@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server"
 	"github.com/leaseplane/leaseplane/server/client"
 )
 
@@ -73,24 +75,90 @@ Exit status: 0 granted/ok, 1 refused or plane unreachable, 2 usage, 3 deadlock, 
 func parseResourceVerb(name, usageLine, summary string, args []string, stderr io.Writer, define func(*flag.FlagSet)) (resource, as string, status int, ok bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	asFlag := fs.String("as", "", "the agent's DID (required)")
+	asFlag := fs.String("as", "", "the agent's DID (default: the agent an agent key names; required with a workspace key)")
 	define(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: "+usageLine)
 		fmt.Fprintln(stderr, summary)
-		fs.PrintDefaults()
+		printFlags(fs)
 		fmt.Fprintln(stderr, clientEnvHelp)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return "", "", usageStatus(err), false
 	}
-	if len(pos) != 1 || *asFlag == "" {
-		fmt.Fprintf(stderr, "leaseplane %s: want exactly one RESOURCE and --as DID\n", name)
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "leaseplane %s: want exactly one RESOURCE (and --as DID with a workspace key)\n", name)
 		fs.Usage()
 		return "", "", exitUsage, false
 	}
-	return pos[0], *asFlag, 0, true
+	as, status, ok = resolveAs(name, *asFlag, stderr)
+	return pos[0], as, status, ok
+}
+
+// needKey says how to set LEASEPLANE_KEY when it is empty; ok is false
+// then, and the verb exits 2.
+func needKey(verb string, stderr io.Writer) (ok bool) {
+	if os.Getenv("LEASEPLANE_KEY") != "" {
+		return true
+	}
+	fmt.Fprintf(stderr, "leaseplane %s: LEASEPLANE_KEY is not set: export the key leaseplane serve printed on its first start\n"+
+		"  (export LEASEPLANE_KEY=lp_...), or make one with: leaseplane keys create --data DIR --workspace NAME [--agent DID]\n", verb)
+	return false
+}
+
+// resolveAs is the agent a verb acts as: --as when given, else the agent
+// an agent key names (asked of the plane: GET /api/v1/whoami).
+func resolveAs(verb, as string, stderr io.Writer) (string, int, bool) {
+	if !needKey(verb, stderr) {
+		return "", exitUsage, false
+	}
+	if as != "" {
+		return as, 0, true
+	}
+	c := planeClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	status, body, err := c.Request(ctx, http.MethodGet, server.RouteWhoami, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, unreachable(verb, c.BaseURL(), err))
+		return "", exitRefused, false
+	}
+	var who struct {
+		OK       bool   `json:"ok"`
+		Role     string `json:"role"`
+		ActorDid string `json:"actorDid"`
+		Reason   string `json:"reason"`
+		Error    string `json:"error"`
+	}
+	if json.Unmarshal(body, &who) != nil || !who.OK {
+		fmt.Fprintf(stderr, "leaseplane %s: the plane refused the key (HTTP %d %s: %s)\n", verb, status, who.Reason, who.Error)
+		return "", exitRefused, false
+	}
+	if who.ActorDid == "" {
+		fmt.Fprintf(stderr, "leaseplane %s: --as DID is required: LEASEPLANE_KEY is %s key, which may act as any agent (an agent key names its agent itself)\n",
+			verb, withArticle(who.Role))
+		return "", exitUsage, false
+	}
+	return who.ActorDid, 0, true
+}
+
+// withArticle puts "a" or "an" before a word: "an agent", "a workspace".
+func withArticle(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
+}
+
+// unreachable explains a failed exchange with the plane at url, saying
+// what to do when nothing listens there.
+func unreachable(verb, url string, err error) string {
+	msg := fmt.Sprintf("leaseplane %s: cannot reach the plane at %s: %v", verb, url, err)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		msg += "\n  nothing listens there: is the plane running? Start it with leaseplane serve (or make run), or set LEASEPLANE_URL to its address"
+	}
+	return msg
 }
 
 func runLease(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -161,6 +229,9 @@ func runWait(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leaseplane wait: takes no arguments, got %q\n", pos)
 		return exitUsage
 	}
+	if !needKey("wait", stderr) {
+		return exitUsage
+	}
 	return callAndPrint("wait", kernel.OpWait, nil, stdout, stderr)
 }
 
@@ -179,7 +250,7 @@ func callAndPrintAnswer(verb string, op kernel.Op, body []byte, stdout, stderr i
 	defer cancel()
 	status, answer, err := c.Call(ctx, op, body)
 	if err != nil {
-		fmt.Fprintf(stderr, "leaseplane %s: cannot reach the plane: %v\n", verb, err)
+		fmt.Fprintln(stderr, unreachable(verb, c.BaseURL(), err))
 		return exitRefused, nil
 	}
 	return printAnswer(verb, status, answer, stdout, stderr)
@@ -197,7 +268,7 @@ func leaseWaiting(body []byte, wait time.Duration, stdout, stderr io.Writer) (in
 		status, answer, err := c.CallWaiting(ctx, body, left)
 		cancel()
 		if err != nil {
-			fmt.Fprintf(stderr, "leaseplane lease: cannot reach the plane: %v\n", err)
+			fmt.Fprintln(stderr, unreachable("lease", c.BaseURL(), err))
 			return exitRefused, nil
 		}
 		// A plane holds one request 30 s at most: ask again while time is left.

@@ -99,16 +99,38 @@ func TestClientVerbs(t *testing.T) {
 		{args: []string{"wait"}, env: map[string]string{"LEASEPLANE_KEY": "lp_wrong"}, wantCode: 1,
 			wantOut: `"reason":"unauthorized"`, wantErr: "unauthorized (HTTP 401)"},
 		{args: []string{"wait"}, env: map[string]string{"LEASEPLANE_URL": "http://127.0.0.1:1"}, wantCode: 1,
-			wantNoOut: true, wantErr: "cannot reach the plane: leaseplane client: GET http://127.0.0.1:1/api/v1/acp/coordination/wait: "},
-		{args: []string{"lease", "lock:deploy"}, wantCode: 2, wantNoOut: true, wantErr: "want exactly one RESOURCE and --as DID"},
+			wantNoOut: true, wantErr: "cannot reach the plane at http://127.0.0.1:1: leaseplane client: GET http://127.0.0.1:1/api/v1/acp/coordination/wait: "},
+		{args: []string{"lease", "lock:x", "--as", "did:web:a"}, env: map[string]string{"LEASEPLANE_URL": "http://127.0.0.1:1"}, wantCode: 1,
+			wantNoOut: true, wantErr: "nothing listens there: is the plane running? Start it with leaseplane serve"},
+		{args: []string{"lease", "lock:x", "--as", "did:web:a"}, env: map[string]string{"LEASEPLANE_KEY": ""}, wantCode: 2,
+			wantNoOut: true, wantErr: "LEASEPLANE_KEY is not set: export the key leaseplane serve printed"},
+		{args: []string{"wait"}, env: map[string]string{"LEASEPLANE_KEY": ""}, wantCode: 2,
+			wantNoOut: true, wantErr: "LEASEPLANE_KEY is not set"},
+		{args: []string{"lease", "lock:deploy"}, wantCode: 2, wantNoOut: true, wantErr: "--as DID is required: LEASEPLANE_KEY is a workspace key"},
+		// An agent key names its agent: --as defaults to it.
+		{args: []string{"lease", "lock:mine"}, env: map[string]string{"LEASEPLANE_KEY": "@agent"}, wantCode: 0,
+			wantOut: `"holder":"did:web:keyed"`},
+		{args: []string{"release", "lock:mine"}, env: map[string]string{"LEASEPLANE_KEY": "@agent"}, wantCode: 0,
+			wantOut: `"released":true`},
 		{args: []string{"lease", "a", "b", "--as", "did:web:a"}, wantCode: 2, wantNoOut: true, wantErr: "want exactly one RESOURCE"},
 		{args: []string{"release", "--as", "did:web:a"}, wantCode: 2, wantNoOut: true, wantErr: "want exactly one RESOURCE"},
-		{args: []string{"lease", "-h"}, wantCode: 0, wantNoOut: true, wantErr: "usage: leaseplane lease RESOURCE --as DID"},
+		{args: []string{"lease", "-h"}, wantCode: 0, wantOut: "usage: leaseplane lease RESOURCE --as DID"},
 		{args: []string{"wait", "extra"}, wantCode: 2, wantNoOut: true, wantErr: `takes no arguments, got ["extra"]`},
 		{args: []string{"lease", "r", "--as", "did:web:a", "--bogus"}, wantCode: 2, wantNoOut: true, wantErr: "flag provided but not defined: -bogus"},
 	}
+	ws, err := p.srv.Store().WorkspaceByName("clienttest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentKey, _, err := p.srv.Store().CreateKey(ws, store.RoleAgent, "did:web:keyed", p.clock.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, st := range steps {
 		for k, v := range st.env {
+			if v == "@agent" {
+				v = agentKey
+			}
 			t.Setenv(k, v)
 		}
 		code, out, errOut := cli(t, st.args...)
@@ -166,5 +188,30 @@ func suspend(t *testing.T, p *testPlane, did string) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("suspend %s: HTTP %d %s", did, resp.StatusCode, body)
+	}
+}
+
+// TestHelpEverywhere: every verb's --help (and -h) prints its usage on
+// stdout, with flags spelled as the usage lines spell them (--flag), and
+// exits 0.
+func TestHelpEverywhere(t *testing.T) {
+	verbs := [][]string{{"keys", "create"}, {"keys", "list"}, {"ledger", "key"}, {"ledger", "export"}}
+	for _, c := range commands {
+		verbs = append(verbs, []string{c.name})
+	}
+	for _, v := range verbs {
+		for _, h := range []string{"--help", "-h"} {
+			code, out, errOut := cli(t, append(append([]string{}, v...), h)...)
+			if code != 0 || !strings.Contains(out, "usage") || errOut != "" {
+				t.Errorf("%q %s: exit %d, stdout %.80q, stderr %.200q; want the usage on stdout and 0", v, h, code, out, errOut)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") && len(line) > 3 && line[3] != ' ' {
+					if f := strings.Fields(line)[0]; len(f) > 2 && f[1] != '-' && !strings.ContainsAny(f[1:], "0123456789") {
+						t.Errorf("%q %s: flag listed as %q, want --%s", v, h, f, f[1:])
+					}
+				}
+			}
+		}
 	}
 }

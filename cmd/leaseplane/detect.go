@@ -44,7 +44,7 @@ no sorting. Entries of FILE are named by line number (from 1).
 
 Exit status: 0 nothing found, 1 findings, 2 unreadable or unverifiable
 input, or usage.`)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	rest, err := parseInterleaved(fs, args)
 	if err == flag.ErrHelp {

@@ -43,7 +43,7 @@ With --wait it follows the run (the crashed holder takes 30 s) and prints
 each drill; a failed drill shows the first answer that differed.
 Needs an operator key.`+clientEnvHelp+`
 With --wait, exit 1 also when a drill failed.`)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := fs.Parse(args); err == flag.ErrHelp {
 		return exitOK

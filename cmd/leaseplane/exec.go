@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -98,14 +99,14 @@ func splitExecArgs(fs *flag.FlagSet, args []string) (resource string, cmd []stri
 func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	as := fs.String("as", "", "the agent's DID (required)")
+	as := fs.String("as", "", "the agent's DID (default: the agent an agent key names; required with a workspace key)")
 	mode := fs.String("mode", "", "read, write or delete (default write)")
 	timeout := fs.Duration("timeout", 0, "give up waiting for the lease after this long (0: wait without limit)")
 	receipt := fs.String("receipt", "", "save the grant's signed receipt (c2sp.org/tlog-proof@v1) to FILE before the command starts")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, execHelp)
 		fmt.Fprintln(stderr, "\nflags:")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	resource, argv, err := splitExecArgs(fs, args)
 	if err != nil {
@@ -115,8 +116,8 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leaseplane exec: %v\n", err)
 		return exitUsage
 	}
-	if resource == "" || len(argv) == 0 || *as == "" {
-		fmt.Fprintln(stderr, "leaseplane exec: want RESOURCE, --as DID and a command after --")
+	if resource == "" || len(argv) == 0 {
+		fmt.Fprintln(stderr, "leaseplane exec: want RESOURCE (and --as DID with a workspace key) and a command after --")
 		fs.Usage()
 		return exitUsage
 	}
@@ -124,6 +125,11 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leaseplane exec: --timeout %s is negative\n", *timeout)
 		return exitUsage
 	}
+	actor, status, ok := resolveAs("exec", *as, stderr)
+	if !ok {
+		return status
+	}
+	*as = actor
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "leaseplane exec: "+format+"\n", a...)
 	}
@@ -248,7 +254,11 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exitRefused
 	}
-	logf("%v", err)
+	if childStatus < 0 && errors.Is(err, syscall.ECONNREFUSED) {
+		logf("%s", strings.TrimPrefix(unreachable("exec", h.Client.BaseURL(), err), "leaseplane exec: "))
+	} else {
+		logf("%v", err)
+	}
 	if childStatus >= 0 {
 		return childStatus
 	}

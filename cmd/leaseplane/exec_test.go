@@ -211,9 +211,8 @@ func TestExecTimeoutSuspendedAndUsage(t *testing.T) {
 		{[]string{"exec", "r", "--as", "did:web:a", "--mode", "scribble", "--", "touch", marker}, exitRefused,
 			"acquire refused: invalid_request (HTTP 400)"},
 		{[]string{"exec", "free", "--as", "did:web:a", "--", "/nonexistent/cmd"}, exitNoStart, `cannot start "/nonexistent/cmd"`},
-		{[]string{"exec", "r", "--", "true"}, exitUsage, "want RESOURCE, --as DID and a command"},
-		{[]string{"exec", "--help"}, exitOK, "Exit status before or without CMD's own:"},
-		{[]string{"exec", "r", "--as", "did:web:a"}, exitUsage, "want RESOURCE, --as DID and a command"},
+		{[]string{"exec", "r", "--", "true"}, exitUsage, "--as DID is required: LEASEPLANE_KEY is a workspace key"},
+		{[]string{"exec", "r", "--as", "did:web:a"}, exitUsage, "want RESOURCE (and --as DID with a workspace key) and a command"},
 		{[]string{"exec", "r", "s", "--as", "did:web:a", "--", "true"}, exitUsage, `want exactly one RESOURCE before --, got ["r" "s"]`},
 		{[]string{"exec", "r", "--as", "did:web:a", "--timeout", "-1s", "--", "true"}, exitUsage, "--timeout -1s is negative"},
 	}

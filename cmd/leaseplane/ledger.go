@@ -56,7 +56,7 @@ func ledgerFlags(verb, usage string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane ledger "+usage)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	return fs
 }
@@ -365,7 +365,7 @@ func runVerify(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: leaseplane verify --key VKEY FILE")
 		fmt.Fprintln(stderr, "Checks a receipt (c2sp.org/tlog-proof@v1) or a ledger bundle offline. FILE - reads stdin.")
 		fmt.Fprintln(stderr, "Exit status: 0 and a one-line summary when it holds; 1 and the first thing that does not.")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/leaseplane/leaseplane/kernel"
@@ -91,10 +92,40 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
+			if asksHelp(c.name, args[1:]) {
+				// Every verb's help goes to stdout and exits 0.
+				c.run(args[1:], stdin, stdout, stdout)
+				return 0
+			}
 			return c.run(args[1:], stdin, stdout, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "leaseplane: unknown command %q\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// asksHelp reports whether a verb's arguments ask for its help: -h,
+// -help or --help before any "--" (for exec, only before "--" when there
+// is one, or as its first argument: after RESOURCE its command may take a
+// --help of its own).
+func asksHelp(verb string, args []string) bool {
+	isHelp := func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+	if verb == "exec" {
+		if len(args) > 0 && isHelp(args[0]) {
+			return true
+		}
+		if !slices.Contains(args, "--") {
+			return false
+		}
+	}
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if isHelp(a) {
+			return true
+		}
+	}
+	return false
 }

@@ -75,7 +75,7 @@ func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nServes coordination.lease.acquire, coordination.lease.release and coordination.wait")
 		fmt.Fprintln(stderr, "to an MCP client on stdin/stdout, forwarding each call to the plane at $LEASEPLANE_URL")
 		fmt.Fprintf(stderr, "(default %s) with the key in $LEASEPLANE_KEY.\n\n", defaultPlaneURL)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2

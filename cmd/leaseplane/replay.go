@@ -15,7 +15,7 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	engine := fs.String("engine", "native", "engine to run the kernel in: native or wasm")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane replay [--engine native|wasm] FILE|-")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2

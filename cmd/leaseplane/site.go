@@ -27,7 +27,7 @@ func runSite(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane site OUTDIR")
 		fmt.Fprintln(stderr, "       leaseplane site --listen ADDR")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
