@@ -27,5 +27,14 @@
 //     to holders that conflict with that mode;
 //   - an expired lease's event carries the expiry time, not the tick's time,
 //     so events do not depend on when the host's alarm fired;
-//   - suspend and resume emit operator.suspend / operator.resume events.
+//   - suspend, resume and forget emit operator.suspend / operator.resume /
+//     operator.forget events, each before the revocations it causes;
+//   - the claims of admitted waiters (SPEC grant rule 4) end at the kernel's
+//     alarms like expiries and lapses, so a host can ask again for a waiter;
+//   - what is idle is forgotten: resources without leases or waiters, and
+//     agents with trust 0 that hold and wait on nothing and are not
+//     suspended; live resources are kept in a name index (index.go), so
+//     wait pages and snapshots cost what is live;
+//   - Machine.SetSemantics(1) decides as leaseplane 0.1 did, for hosts that
+//     replay a log 0.1 wrote (docs/SEMANTICS.md, choice 21).
 package kernel

@@ -10,9 +10,13 @@ import "errors"
 // ScanObject reads doc, which must be exactly one JSON object, and calls f
 // with each member's name and raw value bytes, in order. Malformed JSON and
 // duplicate names are errors; so is an error from f, which stops the scan.
+//
+// The duplicate check costs time linear in the members: a list while they
+// are few, a set beyond (a snapshot's trust table may hold a million).
 func ScanObject(doc []byte, f func(name string, raw []byte) error) error {
 	r := reader{b: doc}
-	var seen []string
+	var few []string
+	var many map[string]struct{}
 	done, err := r.objectStart()
 	for !done && err == nil {
 		var key []byte
@@ -21,13 +25,26 @@ func ScanObject(doc []byte, f func(name string, raw []byte) error) error {
 		if err != nil {
 			break
 		}
-		for _, s := range seen {
-			if s == string(key) {
-				return errors.New("duplicate field " + quoteField(string(key)))
+		k := string(key)
+		dup := false
+		if many != nil {
+			_, dup = many[k]
+			many[k] = struct{}{}
+		} else {
+			for _, s := range few {
+				dup = dup || s == k
+			}
+			if few = append(few, k); len(few) > 16 {
+				many = make(map[string]struct{}, 64)
+				for _, s := range few {
+					many[s] = struct{}{}
+				}
 			}
 		}
-		seen = append(seen, string(key))
-		err = f(string(key), v.raw)
+		if dup {
+			return errors.New("duplicate field " + quoteField(k))
+		}
+		err = f(k, v.raw)
 	}
 	return err
 }

@@ -134,3 +134,30 @@ func TestSnapshotFollowsWhatIsLive(t *testing.T) {
 		t.Fatalf("stats after the pairs: %+v", st)
 	}
 }
+
+// TestRestoreManyAgents restores a snapshot with 100,000 agents in its
+// trust table: reading it must not be quadratic in them (the duplicate
+// check once was), and a duplicated agent is still refused.
+func TestRestoreManyAgents(t *testing.T) {
+	m := kernel.New(kernel.Rules{})
+	for i := range 100000 {
+		did := "did:web:acme.example:agent:a" + strconv.Itoa(i)
+		m.Apply(kernel.Command{Op: kernel.OpAcquire, NowMs: 1, Resource: "r" + strconv.Itoa(i), ActorDid: did})
+		m.Apply(kernel.Command{Op: kernel.OpRelease, NowMs: 1, Resource: "r" + strconv.Itoa(i), ActorDid: did})
+	}
+	snap := m.Snapshot()
+	m2, err := kernel.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m2.Snapshot(), snap) {
+		t.Fatal("snapshot changed across restore")
+	}
+	for _, did := range []string{"did:web:acme.example:agent:a0", "did:web:acme.example:agent:a99999"} {
+		entry := `"` + did + `":0.5`
+		dup := replace(string(snap), entry, entry+","+entry)
+		if _, err := kernel.Restore([]byte(dup)); err == nil || !bytes.Contains([]byte(err.Error()), []byte("duplicate")) {
+			t.Fatalf("%s duplicated: %v", did, err)
+		}
+	}
+}
