@@ -1,0 +1,43 @@
+// bench-ab.mjs compares two leaseplane binaries' playground, cold: it
+// serves both and alternates new-profile loads between them, so both see
+// the same machine load, and prints each one's median time from navigation
+// to the first verdict (the lp:first-verdict mark).
+// Usage: node web/browser/bench-ab.mjs BEFORE_BINARY AFTER_BINARY [LOADS]
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { launch, startServe } from "./harness.mjs";
+
+const [before, after, loads = "11"] = process.argv.slice(2);
+if (!before || !after) {
+  console.error("usage: node web/browser/bench-ab.mjs BEFORE_BINARY AFTER_BINARY [LOADS]");
+  process.exit(2);
+}
+const n = Number(loads);
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+const serves = {}, tmps = [];
+try {
+  for (const [k, bin] of Object.entries({ before, after })) {
+    const t = fs.mkdtempSync(path.join(os.tmpdir(), "lp-ab-"));
+    tmps.push(t);
+    serves[k] = await startServe(bin, t);
+  }
+  const res = { before: [], after: [] };
+  for (let i = 0; i < n; i++) {
+    for (const k of (i % 2 ? ["after", "before"] : ["before", "after"])) {
+      const b = await launch();
+      const page = await b.ctx.newPage();
+      await page.goto(serves[k].url + "/playground");
+      await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
+      res[k].push(await page.evaluate(() => performance.getEntriesByName("lp:first-verdict")[0].startTime));
+      await b.close();
+    }
+  }
+  for (const k of ["before", "after"]) {
+    console.log(`${k}: navigation to first verdict, cold: median ${median(res[k]).toFixed(0)} ms ` +
+      `(${Math.min(...res[k]).toFixed(0)}–${Math.max(...res[k]).toFixed(0)}; ${res[k].map((x) => x.toFixed(0)).join(", ")})`);
+  }
+} finally {
+  for (const s of Object.values(serves)) s.stop();
+  for (const t of tmps) fs.rmSync(t, { recursive: true, force: true });
+}
