@@ -18,7 +18,10 @@
 //     default, and what an event without class is taken as) any two
 //     leases conflict; on read-shared only read/read coexists.
 //   - fence: a grant whose fence does not rise above every fence granted
-//     before it on the same resource (in time order).
+//     before it on the same resource (in time order); and, for grants in
+//     the current event form (with a class: a kernel with one fence
+//     counter per workspace), above every fence granted before it by such
+//     a grant on any resource.
 //
 // Each finding cites both entries: for an overlap, the entry that began
 // each lease's conflicting stretch (its grant, or the renewal that carried
@@ -123,6 +126,7 @@ type Finding struct {
 // Side is one lease of a finding and the entry cited for it.
 type Side struct {
 	LeaseID  string `json:"leaseId"`
+	Resource string `json:"resource"`
 	ActorDid string `json:"actorDid"`
 	Mode     string `json:"mode"`
 	Fence    int64  `json:"fence"`

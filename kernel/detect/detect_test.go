@@ -68,6 +68,8 @@ func TestCraftedEventFiles(t *testing.T) {
 		{"later-grant-read-shared.jsonl", nil},
 		{"fence-equal.jsonl", []string{"fence 0 2 @3000"}},
 		{"fence-falling.jsonl", []string{"fence 0 2 @40000"}},
+		// with a class (one counter per workspace): 5 again on lock:z, 2 on lock:w
+		{"fence-reused-across-resources.jsonl", []string{"fence 1 2 @3000", "fence 1 3 @4000"}},
 		{"revoke-ends-a-life.jsonl", nil},
 		{"split-brain-same-id.jsonl", []string{"fence 0 1 @1500", "overlap 0 1 @1500"}},
 		{"merged-out-of-order.jsonl", []string{"overlap 0 3 @5000", "fence 3 2 @10000", "overlap 3 2 @10000"}},
@@ -110,8 +112,8 @@ func TestFindingDetails(t *testing.T) {
 	}
 	f := fs[0]
 	want := detect.Finding{Detector: "lease-overlap", Kind: "overlap", Resource: "lock:x", Class: "exclusive", AtMs: 40000,
-		A:    detect.Side{LeaseID: "lease_a1", ActorDid: "did:web:acme.example:agent:a", Mode: "write", Fence: 1, Entry: 1, GrantEntry: 0},
-		B:    detect.Side{LeaseID: "lease_b2", ActorDid: "did:web:acme.example:agent:b", Mode: "write", Fence: 2, Entry: 2, GrantEntry: 2},
+		A:    detect.Side{LeaseID: "lease_a1", Resource: "lock:x", ActorDid: "did:web:acme.example:agent:a", Mode: "write", Fence: 1, Entry: 1, GrantEntry: 0},
+		B:    detect.Side{LeaseID: "lease_b2", Resource: "lock:x", ActorDid: "did:web:acme.example:agent:b", Mode: "write", Fence: 2, Entry: 2, GrantEntry: 2},
 		Text: "lock:x: lease_a1 (did:web:acme.example:agent:a, write, fence 1, entry 1) and lease_b2 (did:web:acme.example:agent:b, write, fence 2, entry 2) overlap from 40000 ms (exclusive)"}
 	if f != want {
 		t.Errorf("finding\n %+v\nwant\n %+v", f, want)

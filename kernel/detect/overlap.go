@@ -67,7 +67,8 @@ func leaseOverlap(entries []Entry, opt Options) ([]Finding, error) {
 		fence int64
 		l     *life
 	}
-	fences := map[string]top{}
+	fences := map[string]top{} // the highest fence granted on each resource
+	var wide top               // the highest granted by a grant that carries a class
 	open := func(res, id, actor string) *life {
 		ls := lives[res]
 		for i := len(ls) - 1; i >= 0; i-- {
@@ -96,9 +97,22 @@ func leaseOverlap(entries []Entry, opt Options) ([]Finding, error) {
 				f.Text = e.Resource + ": fence " + itoa(e.Fence) + " of " + describe(f.B) +
 					" does not rise above fence " + itoa(prev.fence) + " of " + describe(f.A)
 				findings = append(findings, f)
+			} else if e.Class != "" && wide.l != nil && e.Fence <= wide.fence {
+				// Events with a class come from a kernel with one fence
+				// counter per workspace: a fence never comes back, on any
+				// resource.
+				f := Finding{Detector: LeaseOverlap, Kind: KindFence, Resource: e.Resource, Class: classOf(l), AtMs: e.AtMs,
+					A: side(wide.l, wide.l.segs[0]), B: side(l, l.segs[0])}
+				f.Text = e.Resource + ": fence " + itoa(e.Fence) + " of " + describe(f.B) +
+					" does not rise above fence " + itoa(wide.fence) + " of " + describe(f.A) + " on " + wide.l.resource +
+					" (one fence counter per workspace)"
+				findings = append(findings, f)
 			}
 			if prev, ok := fences[e.Resource]; !ok || e.Fence > prev.fence {
 				fences[e.Resource] = top{fence: e.Fence, l: l}
+			}
+			if e.Class != "" && (wide.l == nil || e.Fence > wide.fence) {
+				wide = top{fence: e.Fence, l: l}
 			}
 			add(l)
 		case TypeRenew:
@@ -190,7 +204,7 @@ func conflicts(class, x, y string) bool {
 }
 
 func side(l *life, s segment) Side {
-	return Side{LeaseID: l.leaseID, ActorDid: l.actor, Mode: s.mode, Fence: l.fence, Entry: s.entry, GrantEntry: l.grantEntry}
+	return Side{LeaseID: l.leaseID, Resource: l.resource, ActorDid: l.actor, Mode: s.mode, Fence: l.fence, Entry: s.entry, GrantEntry: l.grantEntry}
 }
 
 func describe(s Side) string {
