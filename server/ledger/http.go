@@ -68,6 +68,11 @@ func (l *Ledger) Route(ctx context.Context, ws int64, path string, query map[str
 		if err := l.ensureLoaded(w); err != nil {
 			return unavailable(err)
 		}
+		// The checkpoint covers every command committed before the
+		// request, unless the ledger is more than ReceiptWait behind.
+		wctx, cancel := context.WithTimeout(ctx, l.cfg.ReceiptWait)
+		_ = l.waitFor(wctx, w, w.notified.Load())
+		cancel()
 		if err := l.sign(w); err != nil {
 			return unavailable(err)
 		}
@@ -343,11 +348,21 @@ func (l *Ledger) Wait(ctx context.Context, ws int64) error {
 	if w == nil {
 		return errNotOpen
 	}
+	return l.waitFor(ctx, w, -1)
+}
+
+// waitFor blocks until w's ledger holds every command up to seq (-1: every
+// command notified, whenever it is asked) and is not behind, or ctx ends.
+func (l *Ledger) waitFor(ctx context.Context, w *wsLedger, seq int64) error {
 	for {
 		w.mu.Lock()
 		grew, pos, loaded := w.grew, w.pos, w.loaded
 		w.mu.Unlock()
-		if loaded && !w.behind.Load() && pos.Seq >= w.notified.Load() {
+		target := seq
+		if target < 0 {
+			target = w.notified.Load()
+		}
+		if loaded && !w.behind.Load() && pos.Seq >= target {
 			return nil
 		}
 		l.poke()
