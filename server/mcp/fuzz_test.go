@@ -25,7 +25,7 @@ func FuzzToolArguments(f *testing.F) {
 	ts := tools()
 	f.Fuzz(func(t *testing.T, which uint8, raw string) {
 		tl := ts[int(which)%len(ts)]
-		body, err := tl.body(json.RawMessage(raw))
+		body, _, err := tl.body(json.RawMessage(raw))
 		if err != nil || body == nil {
 			return
 		}
