@@ -6,7 +6,7 @@ BIN     := bin/leaseplane
 FUZZTIME ?= 10s
 
 .PHONY: test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
-        wasm check-wasm test-fresh bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
+        wasm check-wasm test-fresh static test-static release bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
 
@@ -17,6 +17,27 @@ LDFLAGS := -X main.version=$(VERSION)
 
 build:
 	$(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN) ./cmd/leaseplane
+
+# static is the binary the Dockerfile ships: no cgo, so it runs on an empty
+# base image (SQLite is pure Go). test-static builds and runs it.
+STATIC := bin/leaseplane-static
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(STATIC) ./cmd/leaseplane
+
+test-static: static
+	.ci/static-binary $(STATIC)
+
+# release cross-builds the binary for each OS and architecture into
+# bin/release, named with VERSION, with SHA256SUMS.
+RELEASE_TARGETS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+release:
+	@rm -rf bin/release && mkdir -p bin/release
+	@for t in $(RELEASE_TARGETS); do \
+	  os=$${t%/*}; arch=$${t#*/}; ext=; [ $$os = windows ] && ext=.exe; \
+	  out=bin/release/leaseplane-$(VERSION)-$$os-$$arch$$ext; echo "$$out"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $$out ./cmd/leaseplane || exit 1; \
+	done
+	cd bin/release && sha256sum leaseplane-* > SHA256SUMS
 
 # run serves on ADDR with its state in DATA (LEASEPLANE_ADDR and
 # LEASEPLANE_DATA do the same for the binary): make run ADDR=127.0.0.1:18080 DATA=/tmp/lp
@@ -78,7 +99,7 @@ check-wasm:
 	  git status --short -- $(WASM_FILES); echo "check-wasm: the built kernels are not committed: run make wasm and commit"; fail=1; \
 	fi; exit $$fail
 
-test: check-wasm check-generated check-module test-go test-fuzz parity test-node test-browser test-worker test-fresh
+test: check-wasm check-generated check-module test-go test-fuzz parity test-node test-browser test-worker test-fresh test-static
 	@echo "make test: all suites passed"
 
 # test-go leaves the parity run to its own target, which prints its seed.

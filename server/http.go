@@ -37,6 +37,7 @@ func (s *Server) routes() {
 	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
 	s.mux.Handle(RouteForget, s.route(http.MethodPost, kernel.OpForget))
 	s.mux.HandleFunc(RouteWhoami, s.whoami)
+	s.mux.HandleFunc(RouteOpenAPI, s.openapi)
 	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
 	s.drillRoutes()
 	s.detectionRoutes()

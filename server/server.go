@@ -156,7 +156,7 @@ type Server struct {
 	log     *slog.Logger
 	engine  kernel.Factory
 	store   *store.Store
-	mux     *http.ServeMux
+	mux     *routeMux
 	handler http.Handler
 	metrics *metrics
 	keys    keyCache
@@ -261,7 +261,7 @@ func New(cfg Config) (*Server, error) {
 		log:        log,
 		engine:     cfg.Engine,
 		store:      st,
-		mux:        http.NewServeMux(),
+		mux:        &routeMux{ServeMux: http.NewServeMux()},
 		workspaces: map[int64]*workspace{},
 		unlock:     unlock,
 		ledger:     led,

@@ -1,0 +1,57 @@
+package server
+
+import (
+	_ "embed"
+	"net/http"
+	"slices"
+	"sync"
+)
+
+// OpenAPI is the OpenAPI 3.1 document of every route the server answers
+// (openapi.json, served at RouteOpenAPI; docs/openapi.json is a copy).
+// openapi_test.go checks it against the patterns the server registers and
+// against real answers: a route added without its entry fails that test.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// RouteOpenAPI serves OpenAPI, with no key.
+const RouteOpenAPI = "/openapi.json"
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", http.MethodGet)
+		writeEarly(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes GET, not "+r.Method))
+		return
+	}
+	writeReply(w, reply{status: 200, answer: OpenAPI})
+}
+
+// routeMux is the server's ServeMux that also remembers the patterns
+// registered on it, so that a test can hold the OpenAPI document to them.
+type routeMux struct {
+	*http.ServeMux
+	mu       sync.Mutex
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.mu.Lock()
+	m.patterns = append(m.patterns, pattern)
+	m.mu.Unlock()
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Patterns are the patterns registered on the server's mux (its own routes
+// and what was mounted with Handle), sorted.
+func (s *Server) Patterns() []string {
+	s.mux.mu.Lock()
+	defer s.mux.mu.Unlock()
+	p := slices.Clone(s.mux.patterns)
+	slices.Sort(p)
+	return p
+}
