@@ -383,6 +383,10 @@ func TestLedgerOutage(t *testing.T) {
 	}
 	ts.ledgerFault.Store(nil)
 	ts.ledgerWait()
+	_, _, metrics := ts.do("GET", "/metrics", "", "")
+	if !strings.Contains(string(metrics), "leaseplane_ledger_write_failures_total ") || strings.Contains(string(metrics), "leaseplane_ledger_write_failures_total 0\n") {
+		t.Errorf("the metrics do not count the ledger's failed writes")
+	}
 	es := ts.entries(ts.key)
 	if len(es) != n+1 {
 		t.Fatalf("%d entries, want %d", len(es), n+1)

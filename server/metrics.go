@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/ledger"
 )
 
 // metrics are the server's Prometheus series, in a registry of its own so
@@ -111,6 +112,14 @@ func newMetrics(s *Server) *metrics {
 			}
 			return s.drills.lastVerdict()
 		}),
+		ledgerCounter(s, "leaseplane_ledger_entries_appended_total", "Entries the signed ledger appended.",
+			func(st ledger.Stats) int64 { return st.Appended }),
+		ledgerCounter(s, "leaseplane_ledger_write_failures_total", "Ledger writes that failed (their events are caught up from the command log).",
+			func(st ledger.Stats) int64 { return st.Failures }),
+		ledgerCounter(s, "leaseplane_ledger_caught_up_commands_total", "Logged commands the ledger read back from the command log to catch up.",
+			func(st ledger.Stats) int64 { return st.CaughtUp }),
+		ledgerCounter(s, "leaseplane_ledger_checkpoints_signed_total", "Ledger checkpoints signed.",
+			func(st ledger.Stats) int64 { return st.Signed }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leaseplane_detection_open_cases",
 			Help: "Cases detectors have filed that are open, in every workspace.",
@@ -124,6 +133,16 @@ func newMetrics(s *Server) *metrics {
 			return float64(n)
 		}))
 	return m
+}
+
+// ledgerCounter exposes one of the ledger's counters (0 without a ledger).
+func ledgerCounter(s *Server, name, help string, f func(ledger.Stats) int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+		if s.ledger == nil {
+			return 0
+		}
+		return float64(f(s.ledger.Stats()))
+	})
 }
 
 // observe counts one answered command.
