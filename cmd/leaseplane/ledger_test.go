@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -225,6 +226,39 @@ func TestLedgerKill9(t *testing.T) {
 	for _, f := range receipts {
 		if code, out, errs := runBin(t, nil, "verify", "--key", vkey, f); code != 0 {
 			t.Errorf("a receipt from before the kill: %d %s %s", code, out, errs)
+		}
+	}
+	// Each receipt's checkpoint is a prefix of the tree after the restart.
+	c2client := ledgerClientFor(c2.url, key)
+	ctx := context.Background()
+	note, err := ledgerGet(ctx, c2client, "checkpoint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := kledger.Open(note, vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range receipts {
+		b, _ := os.ReadFile(f)
+		_, old, err := kledger.VerifyReceipt(b, vkey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := ledgerGet(ctx, c2client, fmt.Sprintf("consistency?from=%d&to=%d", old.Size, now.Size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Hashes []string }
+		json.Unmarshal(body, &p)
+		proof := make([]kledger.Hash, len(p.Hashes))
+		for i, h := range p.Hashes {
+			if proof[i], err = kledger.ParseHash(h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := kledger.CheckConsistency(proof, now.Size, now.Root, old.Size, old.Root); err != nil {
+			t.Errorf("the checkpoint of %s (size %d) is not a prefix of the tree after the restart (size %d): %v", f, old.Size, now.Size, err)
 		}
 	}
 	// The ledger catches up with the log on start; export until it has
