@@ -117,6 +117,27 @@ func TestSlowBodies(t *testing.T) {
 			t.Fatalf("the stalled request was answered %d %s; want 503", resp.StatusCode, body)
 		}
 	})
+	t.Run("300 half-sent bodies with a bogus key do not stop a real lease", func(t *testing.T) {
+		_, addr, key := listening(t, Config{BodyTimeout: time.Hour})
+		for range 300 {
+			halfSent(t, addr, "lp_bogus", 100)
+		}
+		c := halfSent(t, addr, key, 0) // an empty body: refused 400, but decided
+		resp, body := answer(t, c, 20*time.Second)
+		if resp.StatusCode != 400 {
+			t.Fatalf("got %d %s", resp.StatusCode, body)
+		}
+		req := `{"resource":"lock:r","actorDid":"did:example:a"}`
+		c2, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		fmt.Fprintf(c2, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", RouteLease, key, len(req), req)
+		if resp, body := answer(t, c2, 20*time.Second); resp.StatusCode != 200 {
+			t.Fatalf("a real lease among 300 stalled bogus requests: %d %s", resp.StatusCode, body)
+		}
+	})
 	t.Run("connections are capped", func(t *testing.T) {
 		_, addr, key := listening(t, Config{MaxConns: 2, BodyTimeout: time.Hour})
 		held := []net.Conn{halfSent(t, addr, key, 100), halfSent(t, addr, key, 100)}
