@@ -3,7 +3,7 @@ package kernel
 // Op names a command.
 type Op string
 
-// The operations of SPEC.md.
+// The operations (docs/SEMANTICS.md).
 const (
 	OpAcquire Op = "acquire"
 	OpRelease Op = "release"
@@ -14,7 +14,7 @@ const (
 	OpForget  Op = "forget"
 )
 
-// Fixed numbers of SPEC.md.
+// Fixed numbers of the semantics (docs/SEMANTICS.md).
 const (
 	LeaseTTLMs     = 30000 // lease lifetime from grant or last renewal
 	WaiterTTLMs    = 30000 // a waiter lapses this long after its last request

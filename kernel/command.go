@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/leaseplane/leaseplane/kernel/internal/jsontext"
 )
 
 // fieldBits is a set of body fields.
@@ -106,52 +108,42 @@ func DecodeStep(step []byte) (Command, error) {
 	return c, c.Validate()
 }
 
+var (
+	errMembers = errors.New("a request has at most " + strconv.Itoa(MaxMembers) + " members")
+	errDepth   = errors.New("a request is nested at most " + strconv.Itoa(MaxDepth) + " deep (the request object is depth 1)")
+	// requestJSON reads request bodies and scenario steps.
+	requestJSON = jsontext.Options{MaxMembers: MaxMembers, TooMany: errMembers, MaxDepth: MaxDepth, TooDeep: errDepth}
+)
+
 func decodeFields(body []byte, step bool, c *Command) error {
-	r := reader{b: body, maxDepth: MaxDepth}
 	type member struct {
 		key []byte
-		v   jsonValue
+		v   jsontext.Value
 	}
 	var buf [MaxMembers]member
 	fields := buf[:0]
 	var hasOp, hasAt bool
-	done, err := r.objectStart()
-	for !done && err == nil {
-		if len(fields) == MaxMembers {
-			// Refused before reading on, so a huge body costs no more than
-			// its first members.
-			return errors.New("a request has at most " + strconv.Itoa(MaxMembers) + " members")
-		}
-		var key []byte
-		var v jsonValue
-		key, v, done, err = r.member()
-		if err != nil {
-			break
-		}
-		for _, f := range fields {
-			if string(f.key) == string(key) {
-				return errors.New("duplicate field " + quoteField(string(key)))
-			}
-		}
+	err := jsontext.ReadObject(body, requestJSON, func(key []byte, v jsontext.Value) error {
 		if step && string(key) == "op" {
-			if v.kind != kindString {
+			if v.Kind != jsontext.String {
 				return errors.New("op must be a string")
 			}
-			op, err := ParseOp(v.str)
+			op, err := ParseOp(v.Str)
 			if err != nil {
 				return err
 			}
 			c.Op, hasOp = op, true
 		} else if step && string(key) == "atMs" {
-			n, ok := intValue(v.raw)
-			if v.kind != kindNumber || !ok || n < 0 || n > MaxNowMs {
+			n, ok := jsontext.Int(v.Raw)
+			if v.Kind != jsontext.Number || !ok || n < 0 || n > MaxNowMs {
 				return errAtMs
 			}
 			c.NowMs, hasAt = n, true
 		}
 		// Fields depend on op, which a step may give after them.
 		fields = append(fields, member{key, v})
-	}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -176,59 +168,51 @@ func decodeFields(body []byte, step bool, c *Command) error {
 
 var errAtMs = errors.New("atMs must be an integer of milliseconds from 0 to " + strconv.FormatInt(MaxNowMs, 10))
 
-func setField(c *Command, key string, v jsonValue) error {
+func setField(c *Command, key string, v jsontext.Value) error {
 	bit := fieldBit(key)
 	if bit == 0 {
-		return errors.New("unknown field " + quoteField(key))
+		return errors.New("unknown field " + jsontext.QuoteField(key))
 	}
 	if !takes(c.Op, bit) {
 		return errors.New(string(c.Op) + " does not take " + key)
 	}
-	if v.kind == kindNull {
+	if v.Kind == jsontext.Null {
 		return nil // null is the same as absent
 	}
 	switch key {
 	case "ttlMs":
 		return nil // accepted, whatever its type, and ignored: every lease runs 30000 ms
 	case "limit":
-		n, ok := intValue(v.raw)
-		if v.kind != kindNumber || !ok || n < 1 || n > MaxWaitLimit {
+		n, ok := jsontext.Int(v.Raw)
+		if v.Kind != jsontext.Number || !ok || n < 1 || n > MaxWaitLimit {
 			return errors.New("limit must be an integer from 1 to " + strconv.Itoa(MaxWaitLimit))
 		}
 		c.Limit = int(n)
 		return nil
 	case "resource", "actorDid", "mode", "leaseId", "prefix", "after":
-		if v.kind != kindString {
-			return errors.New(key + " must be a string, not " + v.kind.String())
+		if v.Kind != jsontext.String {
+			return errors.New(key + " must be a string, not " + v.Kind.String())
 		}
 	}
 	switch key {
 	case "resource":
-		c.Resource = v.str
+		c.Resource = v.Str
 	case "actorDid":
-		c.ActorDid = v.str
+		c.ActorDid = v.Str
 	case "mode":
-		if v.str == "" {
+		if v.Str == "" {
 			// Absent or null means write; an empty string is a mistake.
 			return errors.New("mode must be read, write or delete")
 		}
-		c.Mode = v.str
+		c.Mode = v.Str
 	case "leaseId":
-		c.LeaseID, c.HasLeaseID = v.str, true
+		c.LeaseID, c.HasLeaseID = v.Str, true
 	case "prefix":
-		c.Prefix = v.str
+		c.Prefix = v.Str
 	case "after":
-		c.After = v.str
+		c.After = v.Str
 	}
 	return nil
-}
-
-// quoteField quotes an unknown field name for an error, cut to 64 bytes.
-func quoteField(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	return string(appendString(nil, s))
 }
 
 // Validate checks the command's fields for its op; the error names the field.
@@ -349,26 +333,27 @@ func ParseRules(b []byte) (Rules, error) {
 	if trimmed == "" || trimmed == "null" {
 		return rules, nil
 	}
-	err := ScanObject(b, func(key string, raw []byte) error {
+	err := jsontext.ReadObject(b, jsontext.Options{}, func(name []byte, v jsontext.Value) error {
+		key, raw := string(name), v.Raw
 		switch key {
 		case "readShared":
 		case "limits":
 			return parseLimits(raw, &rules.Limits)
 		default:
-			return errors.New("unknown field " + quoteField(key) + " (rules have readShared and limits)")
+			return errors.New("unknown field " + jsontext.QuoteField(key) + " (rules have readShared and limits)")
 		}
-		switch JSONKind(raw) {
-		case "null":
+		switch jsontext.KindOf(raw) {
+		case jsontext.Null:
 			return nil
-		case "an array":
+		case jsontext.Array:
 		default:
 			return errors.New("readShared must be an array of strings")
 		}
-		return ScanArray(raw, func(elem []byte) error {
-			if JSONKind(elem) != "a string" {
+		return jsontext.ReadArray(raw, func(elem jsontext.Value) error {
+			if elem.Kind != jsontext.String {
 				return errors.New("readShared must be an array of strings")
 			}
-			prefix, err := Unquote(elem)
+			prefix, err := jsontext.Unquote(elem.Raw)
 			if err != nil {
 				return err
 			}
@@ -386,14 +371,15 @@ func ParseRules(b []byte) (Rules, error) {
 }
 
 func parseLimits(raw []byte, l *Limits) error {
-	switch JSONKind(raw) {
-	case "null":
+	switch jsontext.KindOf(raw) {
+	case jsontext.Null:
 		return nil
-	case "an object":
+	case jsontext.Object:
 	default:
 		return errors.New("limits must be an object with leases, waiters and agents")
 	}
-	return ScanObject(raw, func(key string, v []byte) error {
+	return jsontext.ReadObject(raw, jsontext.Options{}, func(name []byte, v jsontext.Value) error {
+		key := string(name)
 		var p *int64
 		switch key {
 		case "leases":
@@ -403,9 +389,9 @@ func parseLimits(raw []byte, l *Limits) error {
 		case "agents":
 			p = &l.Agents
 		default:
-			return errors.New("unknown field " + quoteField(key) + " in limits (they are leases, waiters and agents)")
+			return errors.New("unknown field " + jsontext.QuoteField(key) + " in limits (they are leases, waiters and agents)")
 		}
-		n, ok := intValue(v)
+		n, ok := jsontext.Int(v.Raw)
 		if !ok || n < 1 {
 			return errors.New("limits." + key + " must be an integer from 1 to 2^53")
 		}
@@ -450,15 +436,15 @@ func (r Rules) AppendJSON(b []byte) []byte {
 	if r.ReadShared == nil {
 		b = append(b, "[]"...)
 	} else {
-		b = appendStrings(b, r.ReadShared)
+		b = jsontext.AppendStrings(b, r.ReadShared)
 	}
 	l := r.Limits.withDefaults()
 	b = append(b, `,"limits":{"leases":`...)
-	b = appendInt(b, l.Leases)
+	b = jsontext.AppendInt(b, l.Leases)
 	b = append(b, `,"waiters":`...)
-	b = appendInt(b, l.Waiters)
+	b = jsontext.AppendInt(b, l.Waiters)
 	b = append(b, `,"agents":`...)
-	b = appendInt(b, l.Agents)
+	b = jsontext.AppendInt(b, l.Agents)
 	return append(b, "}}"...)
 }
 

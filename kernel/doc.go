@@ -8,9 +8,10 @@
 // The kernel imports only the standard library. It never reads a clock
 // (every command carries nowMs from the host), draws no randomness, does no
 // I/O, starts no goroutines, and never lets map order reach its output. Its
-// JSON is written and read by hand (json.go) so that the bytes are canonical
-// and no reflection sits on the per-command path, which matters most inside
-// WebAssembly.
+// JSON is read and written by one hand-written codec, kernel/internal/jsontext,
+// so that the bytes are canonical and no reflection sits on the per-command
+// path, which matters most inside WebAssembly. machine.go decides;
+// encode.go turns the decisions into answers, events and snapshots.
 //
 // Callers use a Machine: Apply (or ApplyJSON / Step for raw JSON) a command,
 // read the Result, ask NextAlarm for when to send the next tick, and
@@ -29,7 +30,7 @@
 //     so events do not depend on when the host's alarm fired;
 //   - suspend, resume and forget emit operator.suspend / operator.resume /
 //     operator.forget events, each before the revocations it causes;
-//   - the claims of admitted waiters (SPEC grant rule 4) end at the kernel's
+//   - the claims of admitted waiters (the grant rule) end at the kernel's
 //     alarms like expiries and lapses, so a host can ask again for a waiter;
 //   - what is idle is forgotten: resources without leases or waiters, and
 //     agents with trust 0 that hold and wait on nothing and are not

@@ -6,7 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
+
+	"github.com/leaseplane/leaseplane/kernel/internal/jsontext"
 )
 
 // Machine is the lease state of one workspace. The zero value is not
@@ -179,17 +180,6 @@ func (m *Machine) Step(step []byte) Result {
 	return m.apply(c)
 }
 
-// InvalidAnswer is the body of an invalid_request refusal with msg.
-func InvalidAnswer(msg string) []byte {
-	b := append([]byte(nil), `{"ok":false,"reason":"invalid_request","error":`...)
-	b = appendString(b, msg)
-	return append(b, '}')
-}
-
-func invalidResult(msg string) Result {
-	return Result{Status: 400, Answer: InvalidAnswer(msg), Events: []byte("[]")}
-}
-
 // Apply validates and applies one command. Invalid input is answered
 // invalid_request and changes nothing, not even the clock.
 func (m *Machine) Apply(c Command) Result {
@@ -303,7 +293,7 @@ func (m *Machine) lapse() {
 	m.deadlocks = keep
 }
 
-func newAgent(did string) *agent { return &agent{did: did, didJSON: appendString(nil, did)} }
+func newAgent(did string) *agent { return &agent{did: did, didJSON: jsontext.AppendString(nil, did)} }
 
 func (m *Machine) addAgent(did string) *agent {
 	a := newAgent(did)
@@ -313,7 +303,7 @@ func (m *Machine) addAgent(did string) *agent {
 }
 
 func (m *Machine) addResource(name string) *resource {
-	res := &resource{name: name, nameJSON: appendString(nil, name), shared: m.rules.shared(name)}
+	res := &resource{name: name, nameJSON: jsontext.AppendString(nil, name), shared: m.rules.shared(name)}
 	m.resources[name] = res
 	m.index.insert(res)
 	return res
@@ -406,6 +396,8 @@ func (m *Machine) blockers(res *resource, a *agent, mode string, f func(b *agent
 	}
 }
 
+const hexDigits = "0123456789abcdef"
+
 // leaseID derives a lease's id from its resource and fence (FNV-1a, 64
 // bit, then mixed).
 func leaseID(resource string, fence int64) string {
@@ -457,18 +449,15 @@ func (m *Machine) acquire(c Command) Result {
 			mode = own.mode // a renewal without mode keeps the held mode
 		}
 	}
-	var nconf int
-	var first *lease // the earliest-granted conflicting lease of another agent
+	var holders []*agent // the other agents whose live leases conflict, in grant order
 	if res != nil {
 		for _, l := range res.leases {
 			if l.owner != a && res.conflicts(mode, l.mode) {
-				if first == nil {
-					first = l
-				}
-				nconf++
+				holders = append(holders, l.owner)
 			}
 		}
 	}
+	nconf := len(holders)
 	if nconf == 0 && own != nil {
 		// Rule 3: renewal.
 		m.changed = true
@@ -557,54 +546,7 @@ func (m *Machine) acquire(c Command) Result {
 		mine.claim.at = mine.claimUntil()
 		m.timers.fix(&mine.claim)
 	}
-	b := append(m.ans[:0], `{"ok":false,"reason":"lease_held","holder":`...)
-	if first != nil {
-		b = append(b, first.owner.didJSON...)
-	} else {
-		b = append(b, "null"...)
-	}
-	b = append(b, `,"holders":[`...)
-	n := 0
-	for _, l := range res.leases {
-		if l.owner != a && res.conflicts(mode, l.mode) {
-			if n > 0 {
-				b = append(b, ',')
-			}
-			n++
-			b = append(b, l.owner.didJSON...)
-		}
-	}
-	b = append(b, ']')
-	if first == nil {
-		b = append(b, `,"claimants":[`...)
-		for i, w := range claimants {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, w.owner.didJSON...)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, `,"stampede":{"admitted":[`...)
-	for i, q := range res.waiters {
-		if i == MaxAdmitted {
-			break
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, q.owner.didJSON...)
-	}
-	b = append(b, `],"waitMs":`...)
-	b = appendInt(b, waitMs)
-	b = append(b, `},"error":`...)
-	if first != nil {
-		b = appendString(b, res.name+" is held by "+first.owner.did+"; retry after waitMs")
-	} else {
-		b = appendString(b, res.name+" is free but claimed by waiters ahead of you in its queue; retry after waitMs")
-	}
-	b = append(b, '}')
-	return Result{Status: 409, RetryAfterSec: int((waitMs + 999) / 1000), Answer: b}
+	return m.heldResult(held{res: res, holders: holders, claimants: claimants, waitMs: waitMs})
 }
 
 // nextFence is the fence of a new grant on name: the workspace's next one,
@@ -642,12 +584,6 @@ func (m *Machine) touchWaiter(w *waiter) {
 	}
 }
 
-func (m *Machine) leaseAnswer(l *lease) Result {
-	b := append(m.ans[:0], `{"ok":true,"lease":`...)
-	b = appendLease(b, l)
-	return Result{Status: 200, Answer: append(b, '}')}
-}
-
 // overLimit checks the workspace limits for a verdict that would add
 // leases, waiters and (newAgent) an agent, and gives the refusal when one
 // would be passed.
@@ -664,16 +600,6 @@ func (m *Machine) overLimit(leases, waiters int, newAgent bool) (Result, bool) {
 	return Result{}, false
 }
 
-func limitResult(name string, max int64, what string) Result {
-	b := append([]byte(nil), `{"ok":false,"reason":"limit_exceeded","limit":"`...)
-	b = append(b, name...)
-	b = append(b, `","max":`...)
-	b = appendInt(b, max)
-	b = append(b, `,"error":`...)
-	b = appendString(b, "the workspace holds its limit of "+strconv.FormatInt(max, 10)+" "+what+"; nothing was changed")
-	return Result{Status: 429, RetryAfterSec: 1, Answer: append(b, '}')}
-}
-
 // BackoffMs is stampede.waitMs for n waiters: min(800, 25 × 2^n).
 func BackoffMs(n int) int64 {
 	if n >= 5 {
@@ -684,14 +610,6 @@ func BackoffMs(n int) int64 {
 		return MaxWaitMs
 	}
 	return w
-}
-
-func suspendedResult(did string) Result {
-	b := append([]byte(nil), `{"ok":false,"reason":"suspended","actorDid":`...)
-	b = appendString(b, did)
-	b = append(b, `,"error":`...)
-	b = appendString(b, did+" is suspended by an operator")
-	return Result{Status: 403, Answer: append(b, '}')}
 }
 
 // findCycle follows wait-for edges from the agents that block actor asking
@@ -767,16 +685,7 @@ func (m *Machine) deadlock(actor, resName string, cycle []string) Result {
 		return d.actor == actor && d.resource == resName
 	})
 	m.deadlocks = append(m.deadlocks, deadlockPair{actor, resName, holder, waitingOn, m.now})
-	b := append(m.ans[:0], `{"ok":false,"reason":"deadlock","holder":`...)
-	b = appendString(b, holder)
-	b = append(b, `,"waitingOn":`...)
-	b = appendString(b, waitingOn)
-	b = append(b, `,"cycle":`...)
-	b = appendStrings(b, cycle)
-	b = append(b, `,"error":`...)
-	b = appendString(b, "granting "+resName+" would close a wait cycle: "+holder+" is ahead of you on it and waits on "+waitingOn+"; release what you hold and retry")
-	b = append(b, '}')
-	return Result{Status: 409, RetryAfterSec: 1, Answer: b}
+	return m.deadlockResult(resName, cycle)
 }
 
 func (m *Machine) dropWaiter(res *resource, w *waiter) {
@@ -817,31 +726,20 @@ func (m *Machine) release(c Command) Result {
 		own = res.leaseOf(a)
 	}
 	if c.HasLeaseID && (own == nil || own.id != c.LeaseID) {
-		b := append(m.ans[:0], `{"ok":false,"reason":"stale_lease","leaseId":`...)
-		b = appendString(b, c.LeaseID)
-		b = append(b, `,"error":`...)
-		b = appendString(b, "leaseId is not a live lease of "+c.ActorDid+" on "+c.Resource)
-		return Result{Status: 409, Answer: append(b, '}')}
+		return m.staleResult(c)
 	}
-	b := append(m.ans[:0], `{"ok":true,"released":`...)
-	if own == nil {
-		b = append(b, `false,"releasedIds":[]`...)
-	} else {
+	if own != nil {
 		m.changed = true
 		m.removeLease(own)
 		a.trust2 += releaseTrust2
 		m.event("coordination.release", m.now, a, own, releaseTrust2)
-		b = append(b, `true,"releasedIds":[`...)
-		b = append(b, '"')
-		b = append(b, own.id...)
-		b = append(b, '"', ']')
 	}
 	if res != nil {
 		if w := res.waiterOf(a); w != nil {
 			m.dropWaiter(res, w)
 		}
 	}
-	return Result{Status: 200, Answer: append(b, '}')}
+	return m.releasedResult(own)
 }
 
 func (m *Machine) suspend(did string) Result {
@@ -861,24 +759,15 @@ func (m *Machine) suspend(did string) Result {
 	// follows what it holds.
 	held := slices.Clone(a.leases)
 	slices.SortFunc(held, func(x, y *lease) int { return cmpString(x.res.name, y.res.name) })
-	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
-	b = appendString(b, did)
-	b = append(b, `,"suspended":true,"revokedIds":[`...)
-	for i, l := range held {
+	for _, l := range held {
 		m.removeLease(l)
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, l.id...)
-		b = append(b, '"')
 		m.event("coordination.revoke", m.now, a, l, 0)
 	}
 	for len(a.waits) > 0 {
 		w := a.waits[0]
 		m.dropWaiter(w.res, w)
 	}
-	return Result{Status: 200, Answer: append(b, "]}"...)}
+	return m.suspendedAnswer(did, held)
 }
 
 func (m *Machine) resume(did string) Result {
@@ -888,9 +777,7 @@ func (m *Machine) resume(did string) Result {
 		m.event("operator.resume", m.now, a, nil, 0)
 		m.mayBeIdle(nil, a)
 	}
-	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
-	b = appendString(b, did)
-	return Result{Status: 200, Answer: append(b, `,"suspended":false}`...)}
+	return m.resumedAnswer(did)
 }
 
 // forget drops the trust record of an agent that holds and waits on
@@ -898,59 +785,15 @@ func (m *Machine) resume(did string) Result {
 func (m *Machine) forget(did string) Result {
 	a := m.agents[did]
 	if a == nil {
-		return Result{Status: 200, Answer: append(m.ans[:0], `{"ok":true,"forgot":false}`...)}
+		return m.forgotAnswer(false)
 	}
 	if a.suspended || len(a.leases) > 0 || len(a.waits) > 0 {
-		why := " holds or waits on leases"
-		if a.suspended {
-			why = " is suspended (resume it first)"
-		}
-		b := append(m.ans[:0], `{"ok":false,"reason":"agent_busy","actorDid":`...)
-		b = appendString(b, did)
-		b = append(b, `,"error":`...)
-		b = appendString(b, "cannot forget "+did+": it"+why)
-		return Result{Status: 409, Answer: append(b, '}')}
+		return m.busyResult(a)
 	}
 	m.changed = true
 	m.event("operator.forget", m.now, a, nil, 0)
 	delete(m.agents, did)
-	return Result{Status: 200, Answer: append(m.ans[:0], `{"ok":true,"forgot":true}`...)}
-}
-
-// event appends one event to the command's list. l is nil for operator
-// events, which carry no resource or lease.
-func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) {
-	b := m.events
-	if m.nevents > 0 {
-		b = append(b, ',')
-	}
-	m.nevents++
-	b = append(b, `{"type":"`...)
-	b = append(b, typ...)
-	b = append(b, `","atMs":`...)
-	b = appendInt(b, at)
-	if l != nil {
-		b = append(b, `,"resource":`...)
-		b = append(b, l.res.nameJSON...)
-		b = append(b, `,"class":"`...)
-		b = append(b, l.res.class()...)
-		b = append(b, '"')
-	}
-	b = append(b, `,"actorDid":`...)
-	b = append(b, a.didJSON...)
-	if l != nil {
-		b = append(b, `,"leaseId":"`...)
-		b = append(b, l.id...)
-		b = append(b, `","fence":`...)
-		b = appendInt(b, l.fence)
-		b = append(b, `,"mode":"`...)
-		b = append(b, l.mode...)
-		b = append(b, `","expiresAtMs":`...)
-		b = appendInt(b, l.at)
-		b = append(b, `,"trustDelta":`...)
-		b = appendHalves(b, trust2)
-	}
-	m.events = append(b, '}')
+	return m.forgotAnswer(true)
 }
 
 func (res *resource) class() string {
@@ -960,148 +803,6 @@ func (res *resource) class() string {
 	return "exclusive"
 }
 
-// appendLease appends a lease as answers show it. Lease ids are hex and
-// need no escaping; names are escaped once, when first seen.
-func appendLease(b []byte, l *lease) []byte {
-	b = append(b, `{"id":"`...)
-	b = append(b, l.id...)
-	b = append(b, `","resource":`...)
-	b = append(b, l.res.nameJSON...)
-	b = append(b, `,"holder":`...)
-	b = append(b, l.owner.didJSON...)
-	b = append(b, `,"mode":"`...)
-	b = append(b, l.mode...)
-	b = append(b, `","fence":`...)
-	b = appendInt(b, l.fence)
-	b = append(b, `,"grantedAtMs":`...)
-	b = appendInt(b, l.grantedAt)
-	b = append(b, `,"expiresAtMs":`...)
-	b = appendInt(b, l.at)
-	return append(b, '}')
-}
-
-// waitAnswer answers a page of the queues: the live resources whose names
-// start with c.Prefix and come after c.After, at most c.Limit of them
-// (MaxWaitLimit when 0), in name order, with next when more remain; and
-// the deadlock pairs on the resources of the page's range. It reads the
-// name index from the page's start, so its cost follows the page.
-func (m *Machine) waitAnswer(c Command) []byte {
-	limit := c.Limit
-	if limit <= 0 {
-		limit = MaxWaitLimit
-	}
-	start := c.Prefix
-	if c.After >= start {
-		start = c.After + "\x00" // the first name above After
-	}
-	b := append(m.ans[:0], `{"ok":true,"nowMs":`...)
-	b = appendInt(b, m.now)
-	b = append(b, `,"queues":[`...)
-	n := 0
-	var last string
-	more := false
-	m.index.from(start, func(res *resource) bool {
-		if !strings.HasPrefix(res.name, c.Prefix) {
-			return false
-		}
-		if n == limit {
-			more = true
-			return false
-		}
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		last = res.name
-		b = m.appendQueue(b, res)
-		return true
-	})
-	b = append(b, ']')
-	if more {
-		b = append(b, `,"next":`...)
-		b = appendString(b, last)
-	}
-	b = append(b, `,"deadlocks":[`...)
-	n = 0
-	for _, d := range m.deadlocks {
-		// On the page's range: the prefix, after After, and up to its last
-		// name when more remain.
-		if !strings.HasPrefix(d.resource, c.Prefix) || d.resource < start || (more && d.resource > last) {
-			continue
-		}
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = append(b, `{"actorDid":`...)
-		b = appendString(b, d.actor)
-		b = append(b, `,"resource":`...)
-		b = appendString(b, d.resource)
-		b = append(b, `,"holder":`...)
-		b = appendString(b, d.holder)
-		b = append(b, `,"waitingOn":`...)
-		b = appendString(b, d.waitingOn)
-		b = append(b, `,"atMs":`...)
-		b = appendInt(b, d.at)
-		b = append(b, '}')
-	}
-	return append(b, "]}"...)
-}
-
-func (m *Machine) appendQueue(b []byte, res *resource) []byte {
-	b = append(b, `{"resource":`...)
-	b = append(b, res.nameJSON...)
-	b = append(b, `,"class":"`...)
-	b = append(b, res.class()...)
-	b = append(b, `","holders":[`...)
-	for j, l := range res.leases {
-		if j > 0 {
-			b = append(b, ',')
-		}
-		b = appendLease(b, l)
-	}
-	b = append(b, `],"waiters":[`...)
-	for j, w := range res.waiters {
-		if j > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"actorDid":`...)
-		b = append(b, w.owner.didJSON...)
-		b = append(b, `,"mode":"`...)
-		b = append(b, w.mode...)
-		b = append(b, `","admitted":`...)
-		b = strconv.AppendBool(b, j < MaxAdmitted)
-		if j < MaxAdmitted {
-			b = append(b, `,"claimUntilMs":`...)
-			b = appendInt(b, w.claimUntil())
-		}
-		b = append(b, `,"sinceMs":`...)
-		b = appendInt(b, w.since)
-		b = append(b, `,"lapsesAtMs":`...)
-		b = appendInt(b, w.at)
-		b = append(b, '}')
-	}
-	return append(b, "]}"...)
-}
-
-func (m *Machine) tickAnswer() []byte {
-	b := append(m.ans[:0], `{"ok":true,"nowMs":`...)
-	b = appendInt(b, m.now)
-	b = append(b, `,"nextAlarmMs":`...)
-	if at, ok := m.NextAlarm(); ok {
-		b = appendInt(b, at)
-	} else {
-		b = append(b, "null"...)
-	}
-	return append(b, '}')
-}
-
-// TrustJSON is every remembered agent's trust score as a JSON object, by
-// DID.
-func (m *Machine) TrustJSON() []byte {
-	return m.appendTrust(make([]byte, 0, 32*len(m.agents)+2))
-}
-
 func (m *Machine) sortedDids() []string {
 	dids := make([]string, 0, len(m.agents))
 	for d := range m.agents {
@@ -1109,19 +810,6 @@ func (m *Machine) sortedDids() []string {
 	}
 	sort.Strings(dids)
 	return dids
-}
-
-func (m *Machine) appendTrust(b []byte) []byte {
-	b = append(b, '{')
-	for i, d := range m.sortedDids() {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, d)
-		b = append(b, ':')
-		b = appendHalves(b, m.agents[d].trust2)
-	}
-	return append(b, '}')
 }
 
 // LeaseID is the id of the lease granted on resource with fence: ids are

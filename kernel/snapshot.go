@@ -4,112 +4,13 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+
+	"github.com/leaseplane/leaseplane/kernel/internal/jsontext"
 )
 
 // snapshotVersion is written into every snapshot. Restore reads it and
 // version 1 (leaseplane 0.1's, semantics 1), which it converts.
 const snapshotVersion = 2
-
-// Snapshot is the machine's whole state as canonical JSON: the same state
-// gives the same bytes on every host, and Restore(Snapshot()) continues
-// exactly as the original would. It holds what is live (resources with a
-// lease or a waiter), the trust table, the suspended agents and the fence
-// counter, so it grows with what is live, not with what was ever seen.
-func (m *Machine) Snapshot() []byte {
-	b := append(make([]byte, 0, 1024), `{"v":`...)
-	b = appendInt(b, snapshotVersion)
-	b = append(b, `,"rules":`...)
-	b = m.rules.AppendJSON(b)
-	b = append(b, `,"nowMs":`...)
-	b = appendInt(b, m.now)
-	b = append(b, `,"seq":`...)
-	b = strconvAppendUint(b, m.seq)
-	b = append(b, `,"fence":`...)
-	b = appendInt(b, m.fence)
-	b = append(b, `,"trust":`...)
-	b = m.appendTrust(b)
-	b = append(b, `,"suspended":[`...)
-	n := 0
-	for _, d := range m.sortedDids() {
-		if m.agents[d].suspended {
-			if n > 0 {
-				b = append(b, ',')
-			}
-			n++
-			b = appendString(b, d)
-		}
-	}
-	b = append(b, `],"resources":[`...)
-	n = 0
-	m.index.from("", func(res *resource) bool {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = append(b, `{"name":`...)
-		b = append(b, res.nameJSON...)
-		b = append(b, `,"leases":[`...)
-		for j, l := range res.leases {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"holder":`...)
-			b = append(b, l.owner.didJSON...)
-			b = append(b, `,"mode":"`...)
-			b = append(b, l.mode...)
-			b = append(b, `","fence":`...)
-			b = appendInt(b, l.fence)
-			b = append(b, `,"grantedAtMs":`...)
-			b = appendInt(b, l.grantedAt)
-			b = append(b, `,"expiresAtMs":`...)
-			b = appendInt(b, l.at)
-			b = append(b, '}')
-		}
-		b = append(b, `],"waiters":[`...)
-		for j, w := range res.waiters {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"actorDid":`...)
-			b = append(b, w.owner.didJSON...)
-			b = append(b, `,"mode":"`...)
-			b = append(b, w.mode...)
-			b = append(b, `","sinceMs":`...)
-			b = appendInt(b, w.since)
-			b = append(b, `,"lastAskMs":`...)
-			b = appendInt(b, w.lastAsk)
-			b = append(b, `,"heldAtMs":`...)
-			b = appendInt(b, w.heldAt)
-			b = append(b, `,"waitMs":`...)
-			b = appendInt(b, w.waitMs)
-			b = append(b, `,"seq":`...)
-			b = strconvAppendUint(b, w.seq)
-			b = append(b, '}')
-		}
-		b = append(b, "]}"...)
-		return true
-	})
-	b = append(b, `],"deadlocks":[`...)
-	for i, d := range m.deadlocks {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"actorDid":`...)
-		b = appendString(b, d.actor)
-		b = append(b, `,"resource":`...)
-		b = appendString(b, d.resource)
-		b = append(b, `,"holder":`...)
-		b = appendString(b, d.holder)
-		b = append(b, `,"waitingOn":`...)
-		b = appendString(b, d.waitingOn)
-		b = append(b, `,"atMs":`...)
-		b = appendInt(b, d.at)
-		b = append(b, '}')
-	}
-	return append(b, "]}"...)
-}
-
-func strconvAppendUint(b []byte, n uint64) []byte { return appendInt(b, int64(n)) }
 
 // snapState is a decoded snapshot, before its checks.
 type snapState struct {
@@ -152,13 +53,13 @@ type snapAgent struct {
 type fieldDecoders map[string]func(raw []byte) error
 
 func decodeObject(raw []byte, fs fieldDecoders) error {
-	return ScanObject(raw, func(name string, v []byte) error {
-		f := fs[name]
+	return jsontext.ReadObject(raw, jsontext.Options{}, func(name []byte, v jsontext.Value) error {
+		f := fs[string(name)]
 		if f == nil {
-			return errors.New("unknown field " + quoteField(name))
+			return errors.New("unknown field " + jsontext.QuoteField(string(name)))
 		}
-		if err := f(v); err != nil {
-			return errors.New(name + ": " + err.Error())
+		if err := f(v.Raw); err != nil {
+			return errors.New(string(name) + ": " + err.Error())
 		}
 		return nil
 	})
@@ -166,7 +67,7 @@ func decodeObject(raw []byte, fs fieldDecoders) error {
 
 func intInto(p *int64) func([]byte) error {
 	return func(raw []byte) error {
-		n, ok := intValue(raw)
+		n, ok := jsontext.Int(raw)
 		if !ok {
 			return errors.New("want an integer")
 		}
@@ -177,7 +78,7 @@ func intInto(p *int64) func([]byte) error {
 
 func stringInto(p *string) func([]byte) error {
 	return func(raw []byte) (err error) {
-		*p, err = Unquote(raw)
+		*p, err = jsontext.Unquote(raw)
 		return err
 	}
 }
@@ -197,7 +98,9 @@ func boolInto(p *bool) func([]byte) error {
 }
 
 func arrayOf(each func(raw []byte) error) func([]byte) error {
-	return func(raw []byte) error { return ScanArray(raw, each) }
+	return func(raw []byte) error {
+		return jsontext.ReadArray(raw, func(v jsontext.Value) error { return each(v.Raw) })
+	}
 }
 
 // decodeSnapshot reads a snapshot with the kernel's own reader: no
@@ -214,8 +117,9 @@ func decodeSnapshot(b []byte) (snapState, error) {
 		"seq":   intInto(&s.seq),
 		"fence": intInto(&s.fence),
 		"trust": func(raw []byte) error {
-			return ScanObject(raw, func(did string, v []byte) error {
-				h, ok := halvesValue(v)
+			return jsontext.ReadObject(raw, jsontext.Options{}, func(name []byte, v jsontext.Value) error {
+				did := string(name)
+				h, ok := jsontext.Halves(v.Raw)
 				if !ok {
 					return errors.New("trust of " + strconv.Quote(did) + ": want a multiple of 0.5")
 				}
@@ -224,7 +128,7 @@ func decodeSnapshot(b []byte) (snapState, error) {
 			})
 		},
 		"suspended": arrayOf(func(raw []byte) error {
-			d, err := Unquote(raw)
+			d, err := jsontext.Unquote(raw)
 			s.suspended = append(s.suspended, d)
 			return err
 		}),
@@ -276,25 +180,6 @@ func decodeSnapshot(b []byte) (snapState, error) {
 		}),
 	})
 	return s, err
-}
-
-// halvesValue reads a trust score as written by appendHalves: an integer,
-// or one ending in .5.
-func halvesValue(raw []byte) (int64, bool) {
-	s := string(raw)
-	half := int64(0)
-	if len(s) > 2 && s[len(s)-2:] == ".5" {
-		s, half = s[:len(s)-2], 1
-	}
-	n, ok := intValue([]byte(s))
-	if !ok {
-		return 0, false
-	}
-	h := 2*max(n, -n) + half
-	if s[0] == '-' {
-		h = -h
-	}
-	return h, true
 }
 
 // Restore rebuilds a machine from a Snapshot. It checks the snapshot's

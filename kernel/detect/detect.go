@@ -179,7 +179,7 @@ const (
 // its mode, fence and expiresAtMs. Members it does not use are ignored.
 func ParseEvent(data []byte) (Event, error) {
 	var e Event
-	if kernel.JSONKind(data) != "an object" {
+	if kernel.KindOf(data) != kernel.KindObject {
 		return e, errors.New("an event must be a JSON object")
 	}
 	have := map[string]bool{}
@@ -187,7 +187,7 @@ func ParseEvent(data []byte) (Event, error) {
 		var err error
 		switch name {
 		case "type", "resource", "class", "actorDid", "leaseId", "mode":
-			if kernel.JSONKind(raw) != "a string" {
+			if kernel.KindOf(raw) != kernel.KindString {
 				return errors.New(name + " must be a string")
 			}
 			var s string

@@ -176,7 +176,7 @@ func bundleEntry(i int, raw []byte) ([]byte, Hash, error) {
 		return nil, leaf, errors.New("no event")
 	case !bytes.Equal(event, entry):
 		return nil, leaf, errors.New("its event is not exactly its data")
-	case kernel.JSONKind(entry) != "an object":
+	case kernel.KindOf(entry) != kernel.KindObject:
 		return nil, leaf, errors.New("its data is not a JSON object")
 	case LeafHash(entry) != leaf:
 		return nil, leaf, errors.New("its data does not hash to its hash " + leaf.String())

@@ -42,29 +42,29 @@ const MaxSteps = 100000
 // rules, title and description. Other fields are refused, and so are
 // duplicated ones, so a typo does not pass silently.
 func Parse(b []byte) (*Scenario, error) {
-	switch k := kernel.JSONKind(b); k {
-	case "an object":
-	case "":
+	switch k := kernel.KindOf(b); k {
+	case kernel.KindObject:
+	case kernel.KindInvalid:
 		return nil, errors.New("scenario: want a JSON object with rules and steps")
 	default:
-		return nil, errors.New("scenario: want a JSON object, not " + k)
+		return nil, errors.New("scenario: want a JSON object, not " + k.String())
 	}
 	var s Scenario
 	hasSteps := false
 	err := kernel.ScanObject(b, func(name string, raw []byte) error {
-		kind := kernel.JSONKind(raw)
-		if kind == "null" && name != "steps" {
+		kind := kernel.KindOf(raw)
+		if kind == kernel.KindNull && name != "steps" {
 			return nil
 		}
 		switch name {
 		case "rules":
-			if kind != "an object" {
-				return errors.New("rules must be an object, not " + kind)
+			if kind != kernel.KindObject {
+				return errors.New("rules must be an object, not " + kind.String())
 			}
 			s.Rules = raw
 		case "steps":
-			if kind != "an array" {
-				return errors.New("steps must be an array of steps, not " + kind)
+			if kind != kernel.KindArray {
+				return errors.New("steps must be an array of steps, not " + kind.String())
 			}
 			hasSteps = true
 			return kernel.ScanArray(raw, func(step []byte) error {
@@ -75,8 +75,8 @@ func Parse(b []byte) (*Scenario, error) {
 				return nil
 			})
 		case "title", "description":
-			if kind != "a string" {
-				return errors.New(name + " must be a string, not " + kind)
+			if kind != kernel.KindString {
+				return errors.New(name + " must be a string, not " + kind.String())
 			}
 			text, err := kernel.Unquote(raw)
 			if name == "title" {
@@ -163,7 +163,7 @@ func AppendStep(out []byte, step []byte, res kernel.Result) []byte {
 // head finds a step's atMs and op (the last of each, where a name is
 // repeated); a step that is not an object gives neither.
 func head(step []byte) (atMs, op []byte) {
-	if kernel.JSONKind(step) != "an object" {
+	if kernel.KindOf(step) != kernel.KindObject {
 		return nil, nil
 	}
 	_ = kernel.ScanMembers(step, func(name string, raw []byte) error {

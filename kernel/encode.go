@@ -1,0 +1,489 @@
+package kernel
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/leaseplane/leaseplane/kernel/internal/jsontext"
+)
+
+// This file is the one place where the kernel's decisions become bytes:
+// answers, events and snapshots, each written in a fixed field order with
+// jsontext's canonical writer. The deciding code in machine.go hands it
+// small typed values (a lease, a held refusal, a deadlock's cycle) and
+// never writes JSON itself. Names are escaped once, when a resource or an
+// agent is first seen (nameJSON, didJSON); lease ids are hex and need no
+// escaping.
+
+// InvalidAnswer is the body of an invalid_request refusal with msg.
+func InvalidAnswer(msg string) []byte {
+	b := append([]byte(nil), `{"ok":false,"reason":"invalid_request","error":`...)
+	b = jsontext.AppendString(b, msg)
+	return append(b, '}')
+}
+
+func invalidResult(msg string) Result {
+	return Result{Status: 400, Answer: InvalidAnswer(msg), Events: []byte("[]")}
+}
+
+func (m *Machine) leaseAnswer(l *lease) Result {
+	b := append(m.ans[:0], `{"ok":true,"lease":`...)
+	b = appendLease(b, l)
+	return Result{Status: 200, Answer: append(b, '}')}
+}
+
+func limitResult(name string, max int64, what string) Result {
+	b := append([]byte(nil), `{"ok":false,"reason":"limit_exceeded","limit":"`...)
+	b = append(b, name...)
+	b = append(b, `","max":`...)
+	b = jsontext.AppendInt(b, max)
+	b = append(b, `,"error":`...)
+	b = jsontext.AppendString(b, "the workspace holds its limit of "+strconv.FormatInt(max, 10)+" "+what+"; nothing was changed")
+	return Result{Status: 429, RetryAfterSec: 1, Answer: append(b, '}')}
+}
+
+func suspendedResult(did string) Result {
+	b := append([]byte(nil), `{"ok":false,"reason":"suspended","actorDid":`...)
+	b = jsontext.AppendString(b, did)
+	b = append(b, `,"error":`...)
+	b = jsontext.AppendString(b, did+" is suspended by an operator")
+	return Result{Status: 403, Answer: append(b, '}')}
+}
+
+// event appends one event to the command's list. l is nil for operator
+// events, which carry no resource or lease.
+func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) {
+	b := m.events
+	if m.nevents > 0 {
+		b = append(b, ',')
+	}
+	m.nevents++
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","atMs":`...)
+	b = jsontext.AppendInt(b, at)
+	if l != nil {
+		b = append(b, `,"resource":`...)
+		b = append(b, l.res.nameJSON...)
+		b = append(b, `,"class":"`...)
+		b = append(b, l.res.class()...)
+		b = append(b, '"')
+	}
+	b = append(b, `,"actorDid":`...)
+	b = append(b, a.didJSON...)
+	if l != nil {
+		b = append(b, `,"leaseId":"`...)
+		b = append(b, l.id...)
+		b = append(b, `","fence":`...)
+		b = jsontext.AppendInt(b, l.fence)
+		b = append(b, `,"mode":"`...)
+		b = append(b, l.mode...)
+		b = append(b, `","expiresAtMs":`...)
+		b = jsontext.AppendInt(b, l.at)
+		b = append(b, `,"trustDelta":`...)
+		b = jsontext.AppendHalves(b, trust2)
+	}
+	m.events = append(b, '}')
+}
+
+// appendLease appends a lease as answers show it. Lease ids are hex and
+// need no escaping; names are escaped once, when first seen.
+func appendLease(b []byte, l *lease) []byte {
+	b = append(b, `{"id":"`...)
+	b = append(b, l.id...)
+	b = append(b, `","resource":`...)
+	b = append(b, l.res.nameJSON...)
+	b = append(b, `,"holder":`...)
+	b = append(b, l.owner.didJSON...)
+	b = append(b, `,"mode":"`...)
+	b = append(b, l.mode...)
+	b = append(b, `","fence":`...)
+	b = jsontext.AppendInt(b, l.fence)
+	b = append(b, `,"grantedAtMs":`...)
+	b = jsontext.AppendInt(b, l.grantedAt)
+	b = append(b, `,"expiresAtMs":`...)
+	b = jsontext.AppendInt(b, l.at)
+	return append(b, '}')
+}
+
+// waitAnswer answers a page of the queues: the live resources whose names
+// start with c.Prefix and come after c.After, at most c.Limit of them
+// (MaxWaitLimit when 0), in name order, with next when more remain; and
+// the deadlock pairs on the resources of the page's range. It reads the
+// name index from the page's start, so its cost follows the page.
+func (m *Machine) waitAnswer(c Command) []byte {
+	limit := c.Limit
+	if limit <= 0 {
+		limit = MaxWaitLimit
+	}
+	start := c.Prefix
+	if c.After >= start {
+		start = c.After + "\x00" // the first name above After
+	}
+	b := append(m.ans[:0], `{"ok":true,"nowMs":`...)
+	b = jsontext.AppendInt(b, m.now)
+	b = append(b, `,"queues":[`...)
+	n := 0
+	var last string
+	more := false
+	m.index.from(start, func(res *resource) bool {
+		if !strings.HasPrefix(res.name, c.Prefix) {
+			return false
+		}
+		if n == limit {
+			more = true
+			return false
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		last = res.name
+		b = m.appendQueue(b, res)
+		return true
+	})
+	b = append(b, ']')
+	if more {
+		b = append(b, `,"next":`...)
+		b = jsontext.AppendString(b, last)
+	}
+	b = append(b, `,"deadlocks":[`...)
+	n = 0
+	for _, d := range m.deadlocks {
+		// On the page's range: the prefix, after After, and up to its last
+		// name when more remain.
+		if !strings.HasPrefix(d.resource, c.Prefix) || d.resource < start || (more && d.resource > last) {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = appendDeadlock(b, d)
+	}
+	return append(b, "]}"...)
+}
+
+func (m *Machine) appendQueue(b []byte, res *resource) []byte {
+	b = append(b, `{"resource":`...)
+	b = append(b, res.nameJSON...)
+	b = append(b, `,"class":"`...)
+	b = append(b, res.class()...)
+	b = append(b, `","holders":[`...)
+	for j, l := range res.leases {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = appendLease(b, l)
+	}
+	b = append(b, `],"waiters":[`...)
+	for j, w := range res.waiters {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = appendWaiter(b, w, j < MaxAdmitted)
+	}
+	return append(b, "]}"...)
+}
+
+func (m *Machine) tickAnswer() []byte {
+	b := append(m.ans[:0], `{"ok":true,"nowMs":`...)
+	b = jsontext.AppendInt(b, m.now)
+	b = append(b, `,"nextAlarmMs":`...)
+	if at, ok := m.NextAlarm(); ok {
+		b = jsontext.AppendInt(b, at)
+	} else {
+		b = append(b, "null"...)
+	}
+	return append(b, '}')
+}
+
+// TrustJSON is every remembered agent's trust score as a JSON object, by
+// DID.
+func (m *Machine) TrustJSON() []byte {
+	return m.appendTrust(make([]byte, 0, 32*len(m.agents)+2))
+}
+
+func (m *Machine) appendTrust(b []byte) []byte {
+	b = append(b, '{')
+	for i, d := range m.sortedDids() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsontext.AppendString(b, d)
+		b = append(b, ':')
+		b = jsontext.AppendHalves(b, m.agents[d].trust2)
+	}
+	return append(b, '}')
+}
+
+// held is a lease_held refusal: the other agents whose live leases
+// conflict, in grant order, or, when there are none, the claimants the
+// asker yields to, in queue order; and the back-off it was told.
+type held struct {
+	res       *resource
+	holders   []*agent
+	claimants []*waiter
+	waitMs    int64
+}
+
+func (m *Machine) heldResult(h held) Result {
+	b := append(m.ans[:0], `{"ok":false,"reason":"lease_held","holder":`...)
+	if len(h.holders) > 0 {
+		b = append(b, h.holders[0].didJSON...)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"holders":[`...)
+	for i, x := range h.holders {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, x.didJSON...)
+	}
+	b = append(b, ']')
+	if len(h.holders) == 0 {
+		b = append(b, `,"claimants":[`...)
+		for i, w := range h.claimants {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, w.owner.didJSON...)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"stampede":{"admitted":[`...)
+	for i, q := range h.res.waiters {
+		if i == MaxAdmitted {
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, q.owner.didJSON...)
+	}
+	b = append(b, `],"waitMs":`...)
+	b = jsontext.AppendInt(b, h.waitMs)
+	b = append(b, `},"error":`...)
+	if len(h.holders) > 0 {
+		b = jsontext.AppendString(b, h.res.name+" is held by "+h.holders[0].did+"; retry after waitMs")
+	} else {
+		b = jsontext.AppendString(b, h.res.name+" is free but claimed by waiters ahead of you in its queue; retry after waitMs")
+	}
+	b = append(b, '}')
+	return Result{Status: 409, RetryAfterSec: int((h.waitMs + 999) / 1000), Answer: b}
+}
+
+// deadlockResult refuses granting resName, which would close cycle (the
+// asker, resName, then the agents and resources around the loop).
+func (m *Machine) deadlockResult(resName string, cycle []string) Result {
+	holder, waitingOn := cycle[2], cycle[3]
+	b := append(m.ans[:0], `{"ok":false,"reason":"deadlock","holder":`...)
+	b = jsontext.AppendString(b, holder)
+	b = append(b, `,"waitingOn":`...)
+	b = jsontext.AppendString(b, waitingOn)
+	b = append(b, `,"cycle":`...)
+	b = jsontext.AppendStrings(b, cycle)
+	b = append(b, `,"error":`...)
+	b = jsontext.AppendString(b, "granting "+resName+" would close a wait cycle: "+holder+" is ahead of you on it and waits on "+waitingOn+"; release what you hold and retry")
+	b = append(b, '}')
+	return Result{Status: 409, RetryAfterSec: 1, Answer: b}
+}
+
+// appendDeadlock appends a refused deadlock pair, as wait answers and
+// snapshots show it.
+func appendDeadlock(b []byte, d deadlockPair) []byte {
+	b = append(b, `{"actorDid":`...)
+	b = jsontext.AppendString(b, d.actor)
+	b = append(b, `,"resource":`...)
+	b = jsontext.AppendString(b, d.resource)
+	b = append(b, `,"holder":`...)
+	b = jsontext.AppendString(b, d.holder)
+	b = append(b, `,"waitingOn":`...)
+	b = jsontext.AppendString(b, d.waitingOn)
+	b = append(b, `,"atMs":`...)
+	b = jsontext.AppendInt(b, d.at)
+	return append(b, '}')
+}
+
+func (m *Machine) staleResult(c Command) Result {
+	b := append(m.ans[:0], `{"ok":false,"reason":"stale_lease","leaseId":`...)
+	b = jsontext.AppendString(b, c.LeaseID)
+	b = append(b, `,"error":`...)
+	b = jsontext.AppendString(b, "leaseId is not a live lease of "+c.ActorDid+" on "+c.Resource)
+	return Result{Status: 409, Answer: append(b, '}')}
+}
+
+// releasedResult answers a release of l (nil when nothing was held).
+func (m *Machine) releasedResult(l *lease) Result {
+	b := append(m.ans[:0], `{"ok":true,"released":`...)
+	if l == nil {
+		b = append(b, `false,"releasedIds":[]`...)
+	} else {
+		b = append(b, `true,"releasedIds":["`...)
+		b = append(b, l.id...)
+		b = append(b, `"]`...)
+	}
+	return Result{Status: 200, Answer: append(b, '}')}
+}
+
+// suspendedAnswer answers the suspension of did, which revoked revoked.
+func (m *Machine) suspendedAnswer(did string, revoked []*lease) Result {
+	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
+	b = jsontext.AppendString(b, did)
+	b = append(b, `,"suspended":true,"revokedIds":[`...)
+	for i, l := range revoked {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, l.id...)
+		b = append(b, '"')
+	}
+	return Result{Status: 200, Answer: append(b, "]}"...)}
+}
+
+func (m *Machine) resumedAnswer(did string) Result {
+	b := append(m.ans[:0], `{"ok":true,"actorDid":`...)
+	b = jsontext.AppendString(b, did)
+	return Result{Status: 200, Answer: append(b, `,"suspended":false}`...)}
+}
+
+func (m *Machine) forgotAnswer(forgot bool) Result {
+	if forgot {
+		return Result{Status: 200, Answer: append(m.ans[:0], `{"ok":true,"forgot":true}`...)}
+	}
+	return Result{Status: 200, Answer: append(m.ans[:0], `{"ok":true,"forgot":false}`...)}
+}
+
+// busyResult refuses to forget a, which holds, waits or is suspended.
+func (m *Machine) busyResult(a *agent) Result {
+	why := " holds or waits on leases"
+	if a.suspended {
+		why = " is suspended (resume it first)"
+	}
+	b := append(m.ans[:0], `{"ok":false,"reason":"agent_busy","actorDid":`...)
+	b = jsontext.AppendString(b, a.did)
+	b = append(b, `,"error":`...)
+	b = jsontext.AppendString(b, "cannot forget "+a.did+": it"+why)
+	return Result{Status: 409, Answer: append(b, '}')}
+}
+
+// appendWaiter appends a waiter as wait answers show it; admitted ones
+// show when their claim ends.
+func appendWaiter(b []byte, w *waiter, admitted bool) []byte {
+	b = append(b, `{"actorDid":`...)
+	b = append(b, w.owner.didJSON...)
+	b = append(b, `,"mode":"`...)
+	b = append(b, w.mode...)
+	b = append(b, `","admitted":`...)
+	b = strconv.AppendBool(b, admitted)
+	if admitted {
+		b = append(b, `,"claimUntilMs":`...)
+		b = jsontext.AppendInt(b, w.claimUntil())
+	}
+	b = append(b, `,"sinceMs":`...)
+	b = jsontext.AppendInt(b, w.since)
+	b = append(b, `,"lapsesAtMs":`...)
+	b = jsontext.AppendInt(b, w.at)
+	return append(b, '}')
+}
+
+// appendLeaseState appends a lease as a snapshot keeps it.
+func appendLeaseState(b []byte, l *lease) []byte {
+	b = append(b, `{"holder":`...)
+	b = append(b, l.owner.didJSON...)
+	b = append(b, `,"mode":"`...)
+	b = append(b, l.mode...)
+	b = append(b, `","fence":`...)
+	b = jsontext.AppendInt(b, l.fence)
+	b = append(b, `,"grantedAtMs":`...)
+	b = jsontext.AppendInt(b, l.grantedAt)
+	b = append(b, `,"expiresAtMs":`...)
+	b = jsontext.AppendInt(b, l.at)
+	return append(b, '}')
+}
+
+// appendWaiterState appends a waiter as a snapshot keeps it.
+func appendWaiterState(b []byte, w *waiter) []byte {
+	b = append(b, `{"actorDid":`...)
+	b = append(b, w.owner.didJSON...)
+	b = append(b, `,"mode":"`...)
+	b = append(b, w.mode...)
+	b = append(b, `","sinceMs":`...)
+	b = jsontext.AppendInt(b, w.since)
+	b = append(b, `,"lastAskMs":`...)
+	b = jsontext.AppendInt(b, w.lastAsk)
+	b = append(b, `,"heldAtMs":`...)
+	b = jsontext.AppendInt(b, w.heldAt)
+	b = append(b, `,"waitMs":`...)
+	b = jsontext.AppendInt(b, w.waitMs)
+	b = append(b, `,"seq":`...)
+	b = jsontext.AppendInt(b, int64(w.seq))
+	return append(b, '}')
+}
+
+// Snapshot is the machine's whole state as canonical JSON: the same state
+// gives the same bytes on every host, and Restore(Snapshot()) continues
+// exactly as the original would. It holds what is live (resources with a
+// lease or a waiter), the trust table, the suspended agents and the fence
+// counter, so it grows with what is live, not with what was ever seen.
+func (m *Machine) Snapshot() []byte {
+	b := append(make([]byte, 0, 1024), `{"v":`...)
+	b = jsontext.AppendInt(b, snapshotVersion)
+	b = append(b, `,"rules":`...)
+	b = m.rules.AppendJSON(b)
+	b = append(b, `,"nowMs":`...)
+	b = jsontext.AppendInt(b, m.now)
+	b = append(b, `,"seq":`...)
+	b = jsontext.AppendInt(b, int64(m.seq))
+	b = append(b, `,"fence":`...)
+	b = jsontext.AppendInt(b, m.fence)
+	b = append(b, `,"trust":`...)
+	b = m.appendTrust(b)
+	b = append(b, `,"suspended":[`...)
+	n := 0
+	for _, d := range m.sortedDids() {
+		if m.agents[d].suspended {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			n++
+			b = jsontext.AppendString(b, d)
+		}
+	}
+	b = append(b, `],"resources":[`...)
+	n = 0
+	m.index.from("", func(res *resource) bool {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = append(b, `{"name":`...)
+		b = append(b, res.nameJSON...)
+		b = append(b, `,"leases":[`...)
+		for j, l := range res.leases {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendLeaseState(b, l)
+		}
+		b = append(b, `],"waiters":[`...)
+		for j, w := range res.waiters {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendWaiterState(b, w)
+		}
+		b = append(b, "]}"...)
+		return true
+	})
+	b = append(b, `],"deadlocks":[`...)
+	for i, d := range m.deadlocks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendDeadlock(b, d)
+	}
+	return append(b, "]}"...)
+}
