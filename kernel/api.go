@@ -81,12 +81,21 @@ type Result struct {
 	// Answer is the response body: canonical JSON, exactly what the REST
 	// route returns and what a transcript records.
 	Answer []byte
-	// Events is a JSON array of the events the command emitted, in order
-	// ("[]" when none).
-	Events []byte
+	// Events are the events the command emitted, in order (none: nil).
+	// AppendEvents writes them as the JSON array a transcript shows.
+	Events []Event
 	// Changed reports whether the machine's state changed (the clock
 	// included), so a durable host knows whether to log the command.
 	Changed bool
+}
+
+// Event is one event a command emitted: its type (coordination.lease,
+// operator.suspend, ...), its time, and its canonical JSON, exactly the
+// bytes a workspace's ledger records.
+type Event struct {
+	Type string
+	AtMs int64
+	JSON []byte
 }
 
 // Engine is the seam between hosts and a kernel build: the native Machine

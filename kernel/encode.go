@@ -23,7 +23,7 @@ func InvalidAnswer(msg string) []byte {
 }
 
 func invalidResult(msg string) Result {
-	return Result{Status: 400, Answer: InvalidAnswer(msg), Events: []byte("[]")}
+	return Result{Status: 400, Answer: InvalidAnswer(msg)}
 }
 
 func (m *Machine) leaseAnswer(l *lease) Result {
@@ -53,12 +53,8 @@ func suspendedResult(did string) Result {
 // event appends one event to the command's list. l is nil for operator
 // events, which carry no resource or lease.
 func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) {
-	b := m.events
-	if m.nevents > 0 {
-		b = append(b, ',')
-	}
-	m.nevents++
-	b = append(b, `{"type":"`...)
+	start := len(m.events)
+	b := append(m.events, `{"type":"`...)
 	b = append(b, typ...)
 	b = append(b, `","atMs":`...)
 	b = jsontext.AppendInt(b, at)
@@ -84,6 +80,20 @@ func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) 
 		b = jsontext.AppendHalves(b, trust2)
 	}
 	m.events = append(b, '}')
+	m.marks = append(m.marks, eventMark{typ: typ, at: at, start: start, end: len(m.events)})
+}
+
+// AppendEvents appends events as the JSON array that transcripts show and
+// the command log keeps ("[]" when there are none).
+func AppendEvents(b []byte, events []Event) []byte {
+	b = append(b, '[')
+	for i, e := range events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e.JSON...)
+	}
+	return append(b, ']')
 }
 
 // appendLease appends a lease as answers show it. Lease ids are hex and

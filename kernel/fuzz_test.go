@@ -104,7 +104,7 @@ func FuzzDecode(f *testing.F) {
 				}
 			}
 			r := m.ApplyJSON(op, 1, data)
-			if !json.Valid(r.Answer) || !json.Valid(r.Events) {
+			if !json.Valid(r.Answer) || !json.Valid(kernel.AppendEvents(nil, r.Events)) {
 				t.Fatalf("answer is not JSON: %s", r.Answer)
 			}
 			if (err == nil) != (r.Status != 400) {

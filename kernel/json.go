@@ -1,6 +1,10 @@
 package kernel
 
-import "github.com/leaseplane/leaseplane/kernel/internal/jsontext"
+import (
+	"errors"
+
+	"github.com/leaseplane/leaseplane/kernel/internal/jsontext"
+)
 
 // The kernel reads and writes JSON with kernel/internal/jsontext alone.
 // These exports give the packages around it (the server, the Workers tier,
@@ -63,3 +67,34 @@ func AppendQuote(dst []byte, s string) []byte { return jsontext.AppendString(dst
 // IntLiteral reads raw as an integer literal (no fraction, no exponent,
 // within ±2^53), the way the kernel reads atMs: "-0" is 0.
 func IntLiteral(raw []byte) (int64, bool) { return jsontext.Int(raw) }
+
+// ParseEvents reads a JSON array of events as AppendEvents writes it, for
+// an engine that gets them as bytes (the wasip1 build). Each Event's JSON
+// aliases arr.
+func ParseEvents(arr []byte) ([]Event, error) {
+	var events []Event
+	err := jsontext.ReadArray(arr, func(v jsontext.Value) error {
+		e := Event{JSON: v.Raw}
+		var hasType, hasAt bool
+		err := jsontext.ReadObject(v.Raw, jsontext.Options{}, func(name []byte, f jsontext.Value) error {
+			var err error
+			switch string(name) {
+			case "type":
+				e.Type, err = jsontext.Unquote(f.Raw)
+				hasType = err == nil
+			case "atMs":
+				e.AtMs, hasAt = jsontext.Int(f.Raw)
+			}
+			return err
+		})
+		if err == nil && (!hasType || !hasAt) {
+			err = errors.New("an event needs a string type and an integer atMs")
+		}
+		events = append(events, e)
+		return err
+	})
+	if err != nil {
+		return nil, errors.New("events: " + err.Error())
+	}
+	return events, nil
+}

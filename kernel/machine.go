@@ -30,9 +30,9 @@ type Machine struct {
 	timers    timerHeap
 	deadlocks []deadlockPair
 	changed   bool
-	events    []byte // events of the command being applied
-	ans       []byte // scratch for the answer of the command being applied
-	nevents   int
+	events    []byte      // the events of the command being applied, one after another
+	marks     []eventMark // where each of them is in events
+	ans       []byte      // scratch for the answer of the command being applied
 	// Resources and agents that may have become idle during the command;
 	// apply forgets the idle ones at its end.
 	idleRes    []*resource
@@ -91,6 +91,14 @@ type agent struct {
 
 func (a *agent) idle() bool {
 	return a.trust2 == 0 && !a.suspended && len(a.leases) == 0 && len(a.waits) == 0
+}
+
+// eventMark is an event of the command being applied: its type, its time
+// and its bytes in Machine.events.
+type eventMark struct {
+	typ        string
+	at         int64
+	start, end int
 }
 
 type deadlockPair struct {
@@ -192,8 +200,7 @@ func (m *Machine) Apply(c Command) Result {
 // apply applies a command that has been validated.
 func (m *Machine) apply(c Command) Result {
 	m.changed = false
-	m.events = append(m.events[:0], '[')
-	m.nevents = 0
+	m.events, m.marks = m.events[:0], m.marks[:0]
 	if c.NowMs > m.now {
 		m.now = c.NowMs
 		m.changed = true
@@ -218,14 +225,19 @@ func (m *Machine) apply(c Command) Result {
 		r = m.forget(c.ActorDid)
 	}
 	m.forgetIdle()
-	m.events = append(m.events, ']')
 	// Answer and events share one allocation; the scratch buffers stay.
 	la := len(r.Answer)
 	out := make([]byte, la+len(m.events))
 	copy(out, r.Answer)
 	copy(out[la:], m.events)
 	m.ans = r.Answer[:0]
-	r.Answer, r.Events = out[:la:la], out[la:]
+	r.Answer = out[:la:la]
+	if len(m.marks) > 0 {
+		r.Events = make([]Event, len(m.marks))
+		for i, mk := range m.marks {
+			r.Events[i] = Event{Type: mk.typ, AtMs: mk.at, JSON: out[la+mk.start : la+mk.end : la+mk.end]}
+		}
+	}
 	r.Changed = m.changed
 	return r
 }

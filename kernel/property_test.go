@@ -387,8 +387,19 @@ func checkSteps(t *testing.T, rules kernel.Rules, steps [][]byte) {
 		before := viewOf(t, m)
 		cmd, decErr := kernel.DecodeStep(raw)
 		res := m.Step(raw)
-		if !json.Valid(res.Answer) || !json.Valid(res.Events) {
-			t.Fatalf("step %d: invalid JSON out: %s %s", i, res.Answer, res.Events)
+		events := kernel.AppendEvents(nil, res.Events)
+		if !json.Valid(res.Answer) || !json.Valid(events) {
+			t.Fatalf("step %d: invalid JSON out: %s %s", i, res.Answer, events)
+		}
+		// The events' list is the array read back: type, time and bytes.
+		if back, err := kernel.ParseEvents(events); err != nil || len(back) != len(res.Events) {
+			t.Fatalf("step %d: events %s read back as %d events (%v), want %d", i, events, len(back), err, len(res.Events))
+		} else {
+			for j, e := range res.Events {
+				if back[j].Type != e.Type || back[j].AtMs != e.AtMs || !bytes.Equal(back[j].JSON, e.JSON) {
+					t.Fatalf("step %d: event %d is %+v, its bytes say %+v", i, j, e, back[j])
+				}
+			}
 		}
 		if err := m.CheckInvariants(); err != nil {
 			t.Fatalf("step %d (%s): %v", i, raw, err)

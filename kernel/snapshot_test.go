@@ -23,7 +23,7 @@ func TestSnapshotRestoreContinue(t *testing.T) {
 		var want [][]byte
 		for _, st := range s.Steps {
 			r := whole.Step(st)
-			want = append(want, append(r.Answer, r.Events...))
+			want = append(want, kernel.AppendEvents(r.Answer, r.Events))
 		}
 		for cut := 0; cut <= len(s.Steps); cut += 1 + cut/4 {
 			m := kernel.New(rules)
@@ -46,7 +46,7 @@ func TestSnapshotRestoreContinue(t *testing.T) {
 			}
 			for i, st := range s.Steps[cut:] {
 				r := m2.Step(st)
-				if got := append(r.Answer, r.Events...); !bytes.Equal(got, want[cut+i]) {
+				if got := kernel.AppendEvents(r.Answer, r.Events); !bytes.Equal(got, want[cut+i]) {
 					t.Fatalf("seed %d cut %d step %d: restored machine answered\n%s\nuninterrupted\n%s", seed, cut, cut+i, got, want[cut+i])
 				}
 			}

@@ -1,11 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"errors"
-	"strconv"
 	"time"
 
+	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -20,7 +19,7 @@ type pending struct {
 	ws     *workspace
 	gen    uint64
 	rec    store.Record
-	events []byte
+	events []kernel.Event
 	t      *ticket
 }
 
@@ -43,7 +42,7 @@ func newCommitter(s *Server) *committer {
 
 // enqueue hands a changed command to the committer; the caller holds the
 // workspace's lock, so the order is the order of application.
-func (c *committer) enqueue(ws *workspace, gen uint64, rec store.Record, events []byte) *ticket {
+func (c *committer) enqueue(ws *workspace, gen uint64, rec store.Record, events []kernel.Event) *ticket {
 	t := &ticket{done: make(chan struct{})}
 	c.in <- pending{ws: ws, gen: gen, rec: rec, events: events, t: t}
 	return t
@@ -166,14 +165,14 @@ func (c *committer) commit(batch []pending) int {
 		// Before the answers leave: a receipt asked for right after a grant
 		// knows the ledger is to have it.
 		for _, p := range batch {
-			l.Notify(p.rec.Workspace, p.rec.Seq, p.events)
+			l.Notify(p.rec.Workspace, p.rec.Seq, p.rec.Events)
 		}
 	}
 	for _, p := range batch {
 		close(p.t.done)
 	}
 	for _, p := range batch {
-		if !bytes.Equal(p.events, emptyEvents) && !store.IsDrillWorkspace(p.ws.name) {
+		if len(p.events) > 0 && !store.IsDrillWorkspace(p.ws.name) {
 			c.s.events.sink(p.rec.Workspace, p.rec.Seq, p.events)
 		}
 	}
@@ -193,7 +192,7 @@ type eventSink struct {
 type sunk struct {
 	ws     int64
 	seq    int64
-	events []byte
+	events []kernel.Event
 }
 
 // EventQueue is how many commands' events wait for the sink before further
@@ -207,11 +206,11 @@ func newEventSink(s *Server) *eventSink {
 }
 
 // sink queues a command's events without ever blocking.
-func (e *eventSink) sink(ws, seq int64, events []byte) {
+func (e *eventSink) sink(ws, seq int64, events []kernel.Event) {
 	select {
 	case e.in <- sunk{ws, seq, events}:
 	default:
-		e.s.metrics.eventsDropped.Add(float64(countEvents(events)))
+		e.s.metrics.eventsDropped.Add(float64(len(events)))
 	}
 }
 
@@ -229,7 +228,7 @@ func (e *eventSink) run() {
 		if !ok {
 			return
 		}
-		rows = splitEvents(rows[:0], x.ws, x.seq, x.events)
+		rows = appendRows(rows[:0], x)
 	fill:
 		for len(rows) < maxEventsBatch {
 			select {
@@ -237,7 +236,7 @@ func (e *eventSink) run() {
 				if !ok {
 					break fill
 				}
-				rows = splitEvents(rows, x.ws, x.seq, x.events)
+				rows = appendRows(rows, x)
 			default:
 				break fill
 			}
@@ -251,65 +250,10 @@ func (e *eventSink) run() {
 	}
 }
 
-// splitEvents appends one row per event of a kernel Events array. The
-// kernel writes canonical JSON: objects without nesting, each starting
-// {"type":"T","atMs":N.
-func splitEvents(rows []store.Event, ws, seq int64, arr []byte) []store.Event {
-	idx := 0
-	i := 0
-	for i < len(arr) {
-		if arr[i] != '{' {
-			i++
-			continue
-		}
-		start := i
-		inStr := false
-		for ; i < len(arr); i++ {
-			ch := arr[i]
-			if inStr {
-				if ch == '\\' {
-					i++
-				} else if ch == '"' {
-					inStr = false
-				}
-				continue
-			}
-			if ch == '"' {
-				inStr = true
-			} else if ch == '}' {
-				i++
-				break
-			}
-		}
-		obj := arr[start:i]
-		typ, at := eventHead(obj)
-		rows = append(rows, store.Event{Workspace: ws, Seq: seq, Index: idx, Type: typ, AtMs: at, Body: obj})
-		idx++
+// appendRows appends one events-table row per event of x.
+func appendRows(rows []store.Event, x sunk) []store.Event {
+	for i, e := range x.events {
+		rows = append(rows, store.Event{Workspace: x.ws, Seq: x.seq, Index: i, Type: e.Type, AtMs: e.AtMs, Body: e.JSON})
 	}
 	return rows
-}
-
-// eventHead reads the type and atMs that start a kernel event.
-func eventHead(obj []byte) (typ string, at int64) {
-	const p1, p2 = `{"type":"`, `","atMs":`
-	if !bytes.HasPrefix(obj, []byte(p1)) {
-		return "", 0
-	}
-	rest := obj[len(p1):]
-	j := bytes.Index(rest, []byte(p2))
-	if j < 0 {
-		return "", 0
-	}
-	typ = string(rest[:j])
-	num := rest[j+len(p2):]
-	k := 0
-	for k < len(num) && (num[k] == '-' || num[k] >= '0' && num[k] <= '9') {
-		k++
-	}
-	at, _ = strconv.ParseInt(string(num[:k]), 10, 64)
-	return typ, at
-}
-
-func countEvents(arr []byte) int {
-	return len(splitEvents(nil, 0, 0, arr))
 }

@@ -58,11 +58,16 @@ func (s *Server) recordEvent(wsID int64, event []byte) error {
 		}
 	}
 	events := append(append([]byte{'['}, event...), ']')
+	list, err := kernel.ParseEvents(events)
+	if err != nil {
+		ws.mu.Unlock()
+		return err
+	}
 	ws.seq++
 	rec := store.Record{Workspace: ws.id, Seq: ws.seq, NowMs: s.nowMs(), Op: HostOp, Body: []byte("{}"), Status: 200, Events: events,
 		Semantics: kernel.Semantics}
 	ws.sinceSnap++
-	t := s.commit.enqueue(ws, ws.loaded, rec, events)
+	t := s.commit.enqueue(ws, ws.loaded, rec, list)
 	ws.last = t
 	ws.mu.Unlock()
 	<-t.done

@@ -185,8 +185,12 @@ func mayFree(op kernel.Op, res kernel.Result) bool {
 	case !res.Changed:
 		return false
 	case op == kernel.OpAcquire:
-		return bytes.Contains(res.Events, []byte(`"coordination.renew"`)) ||
-			bytes.Contains(res.Events, []byte(`"coordination.expire"`))
+		for _, e := range res.Events {
+			if e.Type == "coordination.renew" || e.Type == "coordination.expire" {
+				return true
+			}
+		}
+		return false
 	}
 	return true
 }

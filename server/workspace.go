@@ -150,7 +150,7 @@ func (s *Server) load(ws *workspace) error {
 			s.log.Error("replay answered differently than logged", "workspace", ws.name, "seq", r.Seq,
 				"op", r.Op, "logged", r.Status, "replayed", res.Status)
 		}
-		if !bytes.Equal(res.Events, emptyEvents) {
+		if len(res.Events) > 0 {
 			s.events.sink(ws.id, r.Seq, res.Events)
 		}
 	}
@@ -206,7 +206,14 @@ func machineRules(snap, workspaceRules []byte) ([]byte, error) {
 	return r.AppendJSON(nil), nil
 }
 
-var emptyEvents = []byte("[]")
+// logEvents is how the command log keeps a command's events: their JSON
+// array, or nil for none.
+func logEvents(events []kernel.Event) []byte {
+	if len(events) == 0 {
+		return nil
+	}
+	return kernel.AppendEvents(nil, events)
+}
 
 // logRowOverhead is about what a log row costs beside its body.
 const logRowOverhead = 32
@@ -271,7 +278,7 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 	}
 	if ws.tape != nil {
 		ws.tape = append(ws.tape, tapeEntry{op: op, nowMs: now, body: bytes.Clone(body), status: res.Status,
-			answer: bytes.Clone(res.Answer), events: bytes.Clone(res.Events), changed: res.Changed && !clockOnly})
+			answer: bytes.Clone(res.Answer), events: kernel.AppendEvents(nil, res.Events), changed: res.Changed && !clockOnly})
 	}
 	if res.Changed && !clockOnly {
 		ws.seq++
@@ -282,7 +289,7 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 			Op:        string(op),
 			Body:      append([]byte(nil), body...),
 			Status:    res.Status,
-			Events:    res.Events, // the ledger is derived from the log
+			Events:    logEvents(res.Events), // the ledger is derived from the log
 			Semantics: kernel.Semantics,
 		}
 		if !ws.rulesLogged {

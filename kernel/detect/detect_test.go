@@ -179,11 +179,8 @@ func events(t *testing.T, scen []byte) ([]detect.Entry, detect.Options) {
 	var out []detect.Entry
 	for _, step := range s.Steps {
 		res := m.Step(step)
-		if err := kernel.ScanArray(res.Events, func(ev []byte) error {
-			out = append(out, detect.Entry{Index: int64(len(out)), Data: bytes.Clone(ev)})
-			return nil
-		}); err != nil {
-			t.Fatal(err)
+		for _, ev := range res.Events {
+			out = append(out, detect.Entry{Index: int64(len(out)), Data: bytes.Clone(ev.JSON)})
 		}
 	}
 	return out, detect.Options{}

@@ -156,7 +156,7 @@ func AppendStep(out []byte, step []byte, res kernel.Result) []byte {
 	out = append(out, `,"answer":`...)
 	out = append(out, res.Answer...)
 	out = append(out, `,"events":`...)
-	out = append(out, res.Events...)
+	out = kernel.AppendEvents(out, res.Events)
 	return append(out, '}')
 }
 

@@ -115,11 +115,9 @@ func machineObject(e kernel.Engine) js.Value {
 		if err != nil {
 			return errValue("step: " + err.Error())
 		}
-		out := make([]byte, 0, len(res.Answer)+len(res.Events)+24)
-		out = append(out, `{"answer":`...)
-		out = append(out, res.Answer...)
+		out := append([]byte(`{"answer":`), res.Answer...)
 		out = append(out, `,"events":`...)
-		out = append(out, res.Events...)
+		out = kernel.AppendEvents(out, res.Events)
 		out = append(out, '}')
 		return string(out)
 	})

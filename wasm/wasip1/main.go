@@ -74,6 +74,7 @@ var (
 	out    []byte
 	record [28]byte
 	last   kernel.Result
+	events []byte // last's events as a JSON array
 )
 
 func region(b []byte) uint64 {
@@ -146,7 +147,8 @@ func result(r kernel.Result) uint64 {
 		changed = 1
 	}
 	binary.LittleEndian.PutUint32(record[8:], changed)
-	a, e := region(r.Answer), region(r.Events)
+	events = kernel.AppendEvents(events[:0], r.Events)
+	a, e := region(r.Answer), region(events)
 	binary.LittleEndian.PutUint32(record[12:], uint32(a>>32))
 	binary.LittleEndian.PutUint32(record[16:], uint32(a))
 	binary.LittleEndian.PutUint32(record[20:], uint32(e>>32))
@@ -248,5 +250,5 @@ func version() uint64 {
 
 //go:wasmexport lp_reset
 func reset() {
-	machine, out, last = nil, nil, kernel.Result{}
+	machine, out, last, events = nil, nil, kernel.Result{}, nil
 }

@@ -370,7 +370,11 @@ func (in *instance) result(r uint64) (kernel.Result, error) {
 	copy(buf, a)
 	copy(buf[len(a):], ev)
 	res.Answer = buf[:len(a):len(a)]
-	res.Events = buf[len(a):]
+	events, err := kernel.ParseEvents(buf[len(a):])
+	if err != nil {
+		return kernel.Result{}, in.fault("malformed events: " + err.Error())
+	}
+	res.Events = events
 	return res, nil
 }
 

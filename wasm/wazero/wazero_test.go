@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,10 +101,10 @@ func newPair(t *testing.T, rules string) *pair {
 func (p *pair) same(what string, a, b kernel.Result) {
 	p.t.Helper()
 	if a.Status != b.Status || a.RetryAfterSec != b.RetryAfterSec || a.Changed != b.Changed ||
-		!bytes.Equal(a.Answer, b.Answer) || !bytes.Equal(a.Events, b.Events) {
-		p.t.Fatalf("%s: results differ\nnative %d %d %v %s %s\nwasm   %d %d %v %s %s", what,
-			a.Status, a.RetryAfterSec, a.Changed, a.Answer, a.Events,
-			b.Status, b.RetryAfterSec, b.Changed, b.Answer, b.Events)
+		!bytes.Equal(a.Answer, b.Answer) || !reflect.DeepEqual(a.Events, b.Events) {
+		p.t.Fatalf("%s: results differ\nnative %d %d %v %s %s %+v\nwasm   %d %d %v %s %s %+v", what,
+			a.Status, a.RetryAfterSec, a.Changed, a.Answer, kernel.AppendEvents(nil, a.Events), a.Events,
+			b.Status, b.RetryAfterSec, b.Changed, b.Answer, kernel.AppendEvents(nil, b.Events), b.Events)
 	}
 }
 

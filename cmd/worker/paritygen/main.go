@@ -136,7 +136,7 @@ func expected(name string, in []byte) (line, error) {
 		if err != nil {
 			return line{}, fmt.Errorf("%s: step %d: %v", name, i, err)
 		}
-		ex.Steps[i] = step{S: res.Status, R: res.RetryAfterSec, A: b64(res.Answer), V: b64(res.Events)}
+		ex.Steps[i] = step{S: res.Status, R: res.RetryAfterSec, A: b64(res.Answer), V: b64(kernel.AppendEvents(nil, res.Events))}
 	}
 	trust, err := e.Trust()
 	if err != nil {
