@@ -35,18 +35,15 @@ func (m *Machine) leaseAnswer(l *lease) Result {
 func limitResult(name string, max int64, what string) Result {
 	b := append([]byte(nil), `{"ok":false,"reason":"limit_exceeded","limit":"`...)
 	b = append(b, name...)
-	b = append(b, `","max":`...)
-	b = jsontext.AppendInt(b, max)
-	b = append(b, `,"error":`...)
-	b = jsontext.AppendString(b, "the workspace holds its limit of "+strconv.FormatInt(max, 10)+" "+what+"; nothing was changed")
+	b = intMember(b, `","max":`, max)
+	b = stringMember(b, `,"error":`, "the workspace holds its limit of "+strconv.FormatInt(max, 10)+" "+what+"; nothing was changed")
 	return Result{Status: 429, RetryAfterSec: 1, Answer: append(b, '}')}
 }
 
 func suspendedResult(did string) Result {
 	b := append([]byte(nil), `{"ok":false,"reason":"suspended","actorDid":`...)
 	b = jsontext.AppendString(b, did)
-	b = append(b, `,"error":`...)
-	b = jsontext.AppendString(b, did+" is suspended by an operator")
+	b = stringMember(b, `,"error":`, did+" is suspended by an operator")
 	return Result{Status: 403, Answer: append(b, '}')}
 }
 
@@ -56,8 +53,7 @@ func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) 
 	start := len(m.events)
 	b := append(m.events, `{"type":"`...)
 	b = append(b, typ...)
-	b = append(b, `","atMs":`...)
-	b = jsontext.AppendInt(b, at)
+	b = intMember(b, `","atMs":`, at)
 	if l != nil {
 		b = append(b, `,"resource":`...)
 		b = append(b, l.res.nameJSON...)
@@ -70,12 +66,10 @@ func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) 
 	if l != nil {
 		b = append(b, `,"leaseId":"`...)
 		b = append(b, l.id...)
-		b = append(b, `","fence":`...)
-		b = jsontext.AppendInt(b, l.fence)
+		b = intMember(b, `","fence":`, l.fence)
 		b = append(b, `,"mode":"`...)
 		b = append(b, l.mode...)
-		b = append(b, `","expiresAtMs":`...)
-		b = jsontext.AppendInt(b, l.at)
+		b = intMember(b, `","expiresAtMs":`, l.at)
 		b = append(b, `,"trustDelta":`...)
 		b = jsontext.AppendHalves(b, trust2)
 	}
@@ -103,16 +97,15 @@ func appendLease(b []byte, l *lease) []byte {
 	b = append(b, l.id...)
 	b = append(b, `","resource":`...)
 	b = append(b, l.res.nameJSON...)
-	b = append(b, `,"holder":`...)
-	b = append(b, l.owner.didJSON...)
-	b = append(b, `,"mode":"`...)
-	b = append(b, l.mode...)
-	b = append(b, `","fence":`...)
-	b = jsontext.AppendInt(b, l.fence)
-	b = append(b, `,"grantedAtMs":`...)
-	b = jsontext.AppendInt(b, l.grantedAt)
-	b = append(b, `,"expiresAtMs":`...)
-	b = jsontext.AppendInt(b, l.at)
+	b = openAgentMode(b, `,"holder":`, l.owner, l.mode)
+	return closeLease(b, l)
+}
+
+// closeLease appends a lease's fence and times and closes its object.
+func closeLease(b []byte, l *lease) []byte {
+	b = intMember(b, `","fence":`, l.fence)
+	b = intMember(b, `,"grantedAtMs":`, l.grantedAt)
+	b = intMember(b, `,"expiresAtMs":`, l.at)
 	return append(b, '}')
 }
 
@@ -154,8 +147,7 @@ func (m *Machine) waitAnswer(c Command) []byte {
 	})
 	b = append(b, ']')
 	if more {
-		b = append(b, `,"next":`...)
-		b = jsontext.AppendString(b, last)
+		b = stringMember(b, `,"next":`, last)
 	}
 	b = append(b, `,"deadlocks":[`...)
 	n = 0
@@ -179,21 +171,11 @@ func (m *Machine) appendQueue(b []byte, res *resource) []byte {
 	b = append(b, res.nameJSON...)
 	b = append(b, `,"class":"`...)
 	b = append(b, res.class()...)
-	b = append(b, `","holders":[`...)
-	for j, l := range res.leases {
-		if j > 0 {
-			b = append(b, ',')
-		}
-		b = appendLease(b, l)
-	}
-	b = append(b, `],"waiters":[`...)
-	for j, w := range res.waiters {
-		if j > 0 {
-			b = append(b, ',')
-		}
-		b = appendWaiter(b, w, j < MaxAdmitted)
-	}
-	return append(b, "]}"...)
+	b = append(b, `","holders":`...)
+	b = appendList(b, res.leases, func(b []byte, _ int, l *lease) []byte { return appendLease(b, l) })
+	b = append(b, `,"waiters":`...)
+	b = appendList(b, res.waiters, func(b []byte, j int, w *waiter) []byte { return appendWaiter(b, w, j < MaxAdmitted) })
+	return append(b, '}')
 }
 
 func (m *Machine) tickAnswer() []byte {
@@ -225,6 +207,17 @@ func (m *Machine) appendTrust(b []byte) []byte {
 		b = jsontext.AppendHalves(b, m.agents[d].trust2)
 	}
 	return append(b, '}')
+}
+
+// intMember appends key (a member's name with its punctuation, such as
+// `,"fence":`) and n.
+func intMember(b []byte, key string, n int64) []byte {
+	return jsontext.AppendInt(append(b, key...), n)
+}
+
+// stringMember appends key and s as a JSON string.
+func stringMember(b []byte, key, s string) []byte {
+	return jsontext.AppendString(append(b, key...), s)
 }
 
 // held is a lease_held refusal: the other agents whose live leases
@@ -272,8 +265,7 @@ func (m *Machine) heldResult(h held) Result {
 		}
 		b = append(b, q.owner.didJSON...)
 	}
-	b = append(b, `],"waitMs":`...)
-	b = jsontext.AppendInt(b, h.waitMs)
+	b = intMember(b, `],"waitMs":`, h.waitMs)
 	b = append(b, `},"error":`...)
 	if len(h.holders) > 0 {
 		b = jsontext.AppendString(b, h.res.name+" is held by "+h.holders[0].did+"; retry after waitMs")
@@ -290,12 +282,10 @@ func (m *Machine) deadlockResult(resName string, cycle []string) Result {
 	holder, waitingOn := cycle[2], cycle[3]
 	b := append(m.ans[:0], `{"ok":false,"reason":"deadlock","holder":`...)
 	b = jsontext.AppendString(b, holder)
-	b = append(b, `,"waitingOn":`...)
-	b = jsontext.AppendString(b, waitingOn)
+	b = stringMember(b, `,"waitingOn":`, waitingOn)
 	b = append(b, `,"cycle":`...)
 	b = jsontext.AppendStrings(b, cycle)
-	b = append(b, `,"error":`...)
-	b = jsontext.AppendString(b, "granting "+resName+" would close a wait cycle: "+holder+" is ahead of you on it and waits on "+waitingOn+"; release what you hold and retry")
+	b = stringMember(b, `,"error":`, "granting "+resName+" would close a wait cycle: "+holder+" is ahead of you on it and waits on "+waitingOn+"; release what you hold and retry")
 	b = append(b, '}')
 	return Result{Status: 409, RetryAfterSec: 1, Answer: b}
 }
@@ -303,24 +293,18 @@ func (m *Machine) deadlockResult(resName string, cycle []string) Result {
 // appendDeadlock appends a refused deadlock pair, as wait answers and
 // snapshots show it.
 func appendDeadlock(b []byte, d deadlockPair) []byte {
-	b = append(b, `{"actorDid":`...)
-	b = jsontext.AppendString(b, d.actor)
-	b = append(b, `,"resource":`...)
-	b = jsontext.AppendString(b, d.resource)
-	b = append(b, `,"holder":`...)
-	b = jsontext.AppendString(b, d.holder)
-	b = append(b, `,"waitingOn":`...)
-	b = jsontext.AppendString(b, d.waitingOn)
-	b = append(b, `,"atMs":`...)
-	b = jsontext.AppendInt(b, d.at)
+	b = stringMember(b, `{"actorDid":`, d.actor)
+	b = stringMember(b, `,"resource":`, d.resource)
+	b = stringMember(b, `,"holder":`, d.holder)
+	b = stringMember(b, `,"waitingOn":`, d.waitingOn)
+	b = intMember(b, `,"atMs":`, d.at)
 	return append(b, '}')
 }
 
 func (m *Machine) staleResult(c Command) Result {
 	b := append(m.ans[:0], `{"ok":false,"reason":"stale_lease","leaseId":`...)
 	b = jsontext.AppendString(b, c.LeaseID)
-	b = append(b, `,"error":`...)
-	b = jsontext.AppendString(b, "leaseId is not a live lease of "+c.ActorDid+" on "+c.Resource)
+	b = stringMember(b, `,"error":`, "leaseId is not a live lease of "+c.ActorDid+" on "+c.Resource)
 	return Result{Status: 409, Answer: append(b, '}')}
 }
 
@@ -374,62 +358,61 @@ func (m *Machine) busyResult(a *agent) Result {
 	}
 	b := append(m.ans[:0], `{"ok":false,"reason":"agent_busy","actorDid":`...)
 	b = jsontext.AppendString(b, a.did)
-	b = append(b, `,"error":`...)
-	b = jsontext.AppendString(b, "cannot forget "+a.did+": it"+why)
+	b = stringMember(b, `,"error":`, "cannot forget "+a.did+": it"+why)
 	return Result{Status: 409, Answer: append(b, '}')}
+}
+
+// appendList appends xs as a JSON array, each element written by f (which
+// gets its index).
+func appendList[T any](b []byte, xs []T, f func(b []byte, i int, x T) []byte) []byte {
+	b = append(b, '[')
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = f(b, i, x)
+	}
+	return append(b, ']')
+}
+
+// openAgentMode opens an object with an agent under key (such as
+// `{"holder":`) and a mode: {"holder":"did:…","mode":"write — the next
+// member's key closes the mode's quote.
+func openAgentMode(b []byte, key string, a *agent, mode string) []byte {
+	b = append(b, key...)
+	b = append(b, a.didJSON...)
+	b = append(b, `,"mode":"`...)
+	return append(b, mode...)
 }
 
 // appendWaiter appends a waiter as wait answers show it; admitted ones
 // show when their claim ends.
 func appendWaiter(b []byte, w *waiter, admitted bool) []byte {
-	b = append(b, `{"actorDid":`...)
-	b = append(b, w.owner.didJSON...)
-	b = append(b, `,"mode":"`...)
-	b = append(b, w.mode...)
+	b = openAgentMode(b, `{"actorDid":`, w.owner, w.mode)
 	b = append(b, `","admitted":`...)
 	b = strconv.AppendBool(b, admitted)
 	if admitted {
-		b = append(b, `,"claimUntilMs":`...)
-		b = jsontext.AppendInt(b, w.claimUntil())
+		b = intMember(b, `,"claimUntilMs":`, w.claimUntil())
 	}
-	b = append(b, `,"sinceMs":`...)
-	b = jsontext.AppendInt(b, w.since)
-	b = append(b, `,"lapsesAtMs":`...)
-	b = jsontext.AppendInt(b, w.at)
+	b = intMember(b, `,"sinceMs":`, w.since)
+	b = intMember(b, `,"lapsesAtMs":`, w.at)
 	return append(b, '}')
 }
 
 // appendLeaseState appends a lease as a snapshot keeps it.
 func appendLeaseState(b []byte, l *lease) []byte {
-	b = append(b, `{"holder":`...)
-	b = append(b, l.owner.didJSON...)
-	b = append(b, `,"mode":"`...)
-	b = append(b, l.mode...)
-	b = append(b, `","fence":`...)
-	b = jsontext.AppendInt(b, l.fence)
-	b = append(b, `,"grantedAtMs":`...)
-	b = jsontext.AppendInt(b, l.grantedAt)
-	b = append(b, `,"expiresAtMs":`...)
-	b = jsontext.AppendInt(b, l.at)
-	return append(b, '}')
+	b = openAgentMode(b, `{"holder":`, l.owner, l.mode)
+	return closeLease(b, l)
 }
 
 // appendWaiterState appends a waiter as a snapshot keeps it.
 func appendWaiterState(b []byte, w *waiter) []byte {
-	b = append(b, `{"actorDid":`...)
-	b = append(b, w.owner.didJSON...)
-	b = append(b, `,"mode":"`...)
-	b = append(b, w.mode...)
-	b = append(b, `","sinceMs":`...)
-	b = jsontext.AppendInt(b, w.since)
-	b = append(b, `,"lastAskMs":`...)
-	b = jsontext.AppendInt(b, w.lastAsk)
-	b = append(b, `,"heldAtMs":`...)
-	b = jsontext.AppendInt(b, w.heldAt)
-	b = append(b, `,"waitMs":`...)
-	b = jsontext.AppendInt(b, w.waitMs)
-	b = append(b, `,"seq":`...)
-	b = jsontext.AppendInt(b, int64(w.seq))
+	b = openAgentMode(b, `{"actorDid":`, w.owner, w.mode)
+	b = intMember(b, `","sinceMs":`, w.since)
+	b = intMember(b, `,"lastAskMs":`, w.lastAsk)
+	b = intMember(b, `,"heldAtMs":`, w.heldAt)
+	b = intMember(b, `,"waitMs":`, w.waitMs)
+	b = intMember(b, `,"seq":`, int64(w.seq))
 	return append(b, '}')
 }
 
@@ -443,12 +426,9 @@ func (m *Machine) Snapshot() []byte {
 	b = jsontext.AppendInt(b, snapshotVersion)
 	b = append(b, `,"rules":`...)
 	b = m.rules.AppendJSON(b)
-	b = append(b, `,"nowMs":`...)
-	b = jsontext.AppendInt(b, m.now)
-	b = append(b, `,"seq":`...)
-	b = jsontext.AppendInt(b, int64(m.seq))
-	b = append(b, `,"fence":`...)
-	b = jsontext.AppendInt(b, m.fence)
+	b = intMember(b, `,"nowMs":`, m.now)
+	b = intMember(b, `,"seq":`, int64(m.seq))
+	b = intMember(b, `,"fence":`, m.fence)
 	b = append(b, `,"trust":`...)
 	b = m.appendTrust(b)
 	b = append(b, `,"suspended":[`...)
@@ -471,29 +451,14 @@ func (m *Machine) Snapshot() []byte {
 		n++
 		b = append(b, `{"name":`...)
 		b = append(b, res.nameJSON...)
-		b = append(b, `,"leases":[`...)
-		for j, l := range res.leases {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = appendLeaseState(b, l)
-		}
-		b = append(b, `],"waiters":[`...)
-		for j, w := range res.waiters {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = appendWaiterState(b, w)
-		}
-		b = append(b, "]}"...)
+		b = append(b, `,"leases":`...)
+		b = appendList(b, res.leases, func(b []byte, _ int, l *lease) []byte { return appendLeaseState(b, l) })
+		b = append(b, `,"waiters":`...)
+		b = appendList(b, res.waiters, func(b []byte, _ int, w *waiter) []byte { return appendWaiterState(b, w) })
+		b = append(b, '}')
 		return true
 	})
-	b = append(b, `],"deadlocks":[`...)
-	for i, d := range m.deadlocks {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendDeadlock(b, d)
-	}
-	return append(b, "]}"...)
+	b = append(b, `],"deadlocks":`...)
+	b = appendList(b, m.deadlocks, func(b []byte, _ int, d deadlockPair) []byte { return appendDeadlock(b, d) })
+	return append(b, '}')
 }
