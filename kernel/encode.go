@@ -16,9 +16,25 @@ import (
 // escaping.
 
 // InvalidAnswer is the body of an invalid_request refusal with msg.
-func InvalidAnswer(msg string) []byte {
-	b := append([]byte(nil), `{"ok":false,"reason":"invalid_request","error":`...)
-	b = jsontext.AppendString(b, msg)
+func InvalidAnswer(msg string) []byte { return RefusalAnswer(ReasonInvalid, msg) }
+
+// RefusalAnswer is the body of a refusal with reason and msg for a person,
+// {"ok":false,"reason":…,"error":…}: the form of every refusal, the
+// kernel's and those a host answers itself (unauthorized, unavailable).
+func RefusalAnswer(reason, msg string) []byte {
+	b := append([]byte(nil), `{"ok":false,"reason":`...)
+	b = stringMember(b, "", reason)
+	b = stringMember(b, `,"error":`, msg)
+	return append(b, '}')
+}
+
+// ActorMismatchAnswer is a host's refusal of an agent key (whose agent is
+// keyDID) that names another agent, asked.
+func ActorMismatchAnswer(keyDID, asked string) []byte {
+	b := append([]byte(nil), `{"ok":false,"reason":"actor_mismatch","keyActorDid":`...)
+	b = stringMember(b, "", keyDID)
+	b = stringMember(b, `,"actorDid":`, asked)
+	b = stringMember(b, `,"error":`, "this key belongs to agent "+keyDID+" and may not act as "+asked)
 	return append(b, '}')
 }
 

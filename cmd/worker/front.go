@@ -55,21 +55,11 @@ type reply struct {
 }
 
 func refusal(status int, reason, msg string) reply {
-	b := append([]byte(nil), `{"ok":false,"reason":"`...)
-	b = append(b, reason...)
-	b = append(b, `","error":`...)
-	b = kernel.AppendQuote(b, msg)
-	return reply{status: status, body: append(b, '}')}
+	return reply{status: status, body: kernel.RefusalAnswer(reason, msg)}
 }
 
 func refusalActor(keyDID, asked string) reply {
-	b := append([]byte(nil), `{"ok":false,"reason":"actor_mismatch","keyActorDid":`...)
-	b = kernel.AppendQuote(b, keyDID)
-	b = append(b, `,"actorDid":`...)
-	b = kernel.AppendQuote(b, asked)
-	b = append(b, `,"error":`...)
-	b = kernel.AppendQuote(b, "this key belongs to agent "+keyDID+" and may not act as "+asked)
-	return reply{status: 403, body: append(b, '}')}
+	return reply{status: 403, body: kernel.ActorMismatchAnswer(keyDID, asked)}
 }
 
 func tooLarge() reply {

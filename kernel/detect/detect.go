@@ -183,43 +183,23 @@ func ParseEvent(data []byte) (Event, error) {
 		return e, errors.New("an event must be a JSON object")
 	}
 	have := map[string]bool{}
+	strs := map[string]*string{"type": &e.Type, "resource": &e.Resource, "class": &e.Class,
+		"actorDid": &e.ActorDid, "leaseId": &e.LeaseID, "mode": &e.Mode}
+	ints := map[string]*int64{"atMs": &e.AtMs, "fence": &e.Fence, "expiresAtMs": &e.ExpiresAtMs}
 	err := kernel.ScanObject(data, func(name string, raw []byte) error {
 		var err error
-		switch name {
-		case "type", "resource", "class", "actorDid", "leaseId", "mode":
+		if p := strs[name]; p != nil {
 			if kernel.KindOf(raw) != kernel.KindString {
 				return errors.New(name + " must be a string")
 			}
-			var s string
-			s, err = kernel.Unquote(raw)
-			switch name {
-			case "type":
-				e.Type = s
-			case "resource":
-				e.Resource = s
-			case "class":
-				e.Class = s
-			case "actorDid":
-				e.ActorDid = s
-			case "leaseId":
-				e.LeaseID = s
-			case "mode":
-				e.Mode = s
-			}
-		case "atMs", "fence", "expiresAtMs":
+			*p, err = kernel.Unquote(raw)
+		} else if p := ints[name]; p != nil {
 			n, ok := integer(raw)
 			if !ok {
 				return errors.New(name + " must be an integer")
 			}
-			switch name {
-			case "atMs":
-				e.AtMs = n
-			case "fence":
-				e.Fence = n
-			case "expiresAtMs":
-				e.ExpiresAtMs = n
-			}
-		default:
+			*p = n
+		} else {
 			return nil
 		}
 		have[name] = true

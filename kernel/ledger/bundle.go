@@ -225,18 +225,23 @@ func (v Verified) Summary() string {
 	return "bundle holds: " + strconv.Itoa(v.Entries) + " entries make the " + tree
 }
 
-// describe names an entry by its type and lease id, where it has them.
-func describe(entry []byte) string {
-	var typ, id string
+// EntryLease reads an entry's type and lease id ("" where it has none).
+func EntryLease(entry []byte) (typ, leaseID string) {
 	_ = kernel.ScanMembers(entry, func(name string, raw []byte) error {
 		switch name {
 		case "type":
 			typ, _ = kernel.Unquote(raw)
 		case "leaseId":
-			id, _ = kernel.Unquote(raw)
+			leaseID, _ = kernel.Unquote(raw)
 		}
 		return nil
 	})
+	return typ, leaseID
+}
+
+// describe names an entry by its type and lease id, where it has them.
+func describe(entry []byte) string {
+	typ, id := EntryLease(entry)
 	switch {
 	case typ != "" && id != "":
 		return "(" + typ + " " + id + ")"

@@ -503,16 +503,7 @@ func (l *Ledger) plan(w *wsLedger, items []item) (*plan, error) {
 
 // grantID is the lease id of a grant event, "" for any other entry.
 func grantID(ev []byte) string {
-	var typ, id string
-	_ = kernel.ScanMembers(ev, func(name string, raw []byte) error {
-		switch name {
-		case "type":
-			typ, _ = kernel.Unquote(raw)
-		case "leaseId":
-			id, _ = kernel.Unquote(raw)
-		}
-		return nil
-	})
+	typ, id := kledger.EntryLease(ev)
 	if typ != "coordination.lease" {
 		return ""
 	}
