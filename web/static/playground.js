@@ -163,16 +163,24 @@
     }
     const op = st.op;
     const uses = FIELDS[op] || [];
-    const input = (field, attrs) => el("input", Object.assign({
+    // A name or time input is as wide as its text, so none is cut (the
+    // table scrolls sideways instead).
+    const fit = (inp, field) => {
+      if (field !== "resource" && field !== "atMs") return inp;
+      inp.style.width = `calc(${Math.max(inp.value.length, field === "atMs" ? 5 : 12) + 1}ch + 12px)`;
+      return inp;
+    };
+    const input = (field, attrs) => fit(el("input", Object.assign({
       id: `f-s${i}-${field}`, "aria-label": `Step ${i + 1} ${field}`, value: st[field] == null ? "" : String(st[field]),
       disabled: field !== "atMs" && !uses.includes(field), spellcheck: "false",
       oninput: (e) => {
+        fit(e.target, field);
         const v = e.target.value;
         if (field === "atMs") st.atMs = v === "" ? null : Number(v);
         else if (v === "" && field === "leaseId") delete st[field];
         else st[field] = v;
         changed(false);
-      } }, attrs));
+      } }, attrs)), field);
     const opSel = el("select", { id: `f-s${i}-op`, "aria-label": `Step ${i + 1} op`, onchange: (e) => {
       const nop = e.target.value;
       st.op = nop;
@@ -380,9 +388,19 @@
     $("events").tBodies[0].innerHTML = evRows.join("") || `<tr><td colspan="6" class="muted">No events.</td></tr>`;
     const trust = Object.entries(tr.trust || {});
     const maxAbs = Math.max(1, ...trust.map(([, v]) => Math.abs(v)));
-    $("trust").tBodies[0].innerHTML = trust.map(([d, v]) =>
-      `<tr><td>${who(d)}</td><td class="num"><span class="tbar ${v < 0 ? "neg" : "pos"}" data-w="${Math.round((Math.abs(v) / maxAbs) * 60)}"></span> <span class="${v < 0 ? "neg" : v > 0 ? "pos" : ""}">${v > 0 ? "+" : ""}${esc(v)}</span></td></tr>`).join("") ||
+    // A herd has dozens of agents: show the first few, the rest on request.
+    const SHOWN = 10, collapse = trust.length > SHOWN + 2;
+    $("trust").tBodies[0].innerHTML = trust.map(([d, v], i) =>
+      `<tr data-agent${collapse && i >= SHOWN ? " hidden" : ""}><td>${who(d)}</td><td class="num"><span class="tbar ${v < 0 ? "neg" : "pos"}" data-w="${Math.round((Math.abs(v) / maxAbs) * 60)}"></span> <span class="${v < 0 ? "neg" : v > 0 ? "pos" : ""}">${v > 0 ? "+" : ""}${esc(v)}</span></td></tr>`).join("") ||
       `<tr><td colspan="2" class="muted">No agents.</td></tr>`;
+    if (collapse) {
+      $("trust").tBodies[0].insertAdjacentHTML("beforeend",
+        `<tr class="more"><td colspan="2"><button type="button" id="trust-more">Show all ${trust.length} agents</button></td></tr>`);
+      $("trust-more").onclick = () => {
+        for (const row of $("trust").tBodies[0].querySelectorAll("tr[hidden]")) row.hidden = false;
+        $("trust-more").closest("tr").remove();
+      };
+    }
     // Widths through the CSSOM: the page's Content-Security-Policy refuses
     // style attributes in markup.
     for (const bar of $("trust").querySelectorAll(".tbar[data-w]")) bar.style.width = `${bar.dataset.w}px`;
@@ -438,6 +456,11 @@
     document.body.dataset.runs = String(runs);
     document.body.dataset.state = "ran";
     document.body.dataset.lastRun = how;
+    // Run from the editor: bring the result into view when it is not.
+    if (how === "click" || how === "keyboard") {
+      const h = $("results-h"), r = h.getBoundingClientRect();
+      if (r.top < 0 || r.top > window.innerHeight - 60) h.scrollIntoView({ block: "start" });
+    }
     setStatus(`Ran ${exampleEl.value ? "“" + exampleEl.selectedOptions[0].textContent + "”" : "your scenario"} in this browser.`);
   }
   // ---- the signed ledger of a run ----
@@ -490,6 +513,7 @@
     }
   }
   function showRunError(msg) {
+    clearResults("Not run: the scenario was refused.");
     const e = $("run-error");
     e.textContent = "The kernel refused the scenario: " + msg;
     e.hidden = false;
@@ -506,6 +530,7 @@
     jsonTimer = setTimeout(() => {
       const v = parseJSONText();
       if (v) { scn = v; showJSONError(""); buildForm(); markCustom(); }
+      else clearResults("The JSON does not parse: fix it, then press Run.");
     }, 200);
   });
   exampleEl.addEventListener("change", () => pickExample(exampleEl.value));
