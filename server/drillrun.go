@@ -274,15 +274,8 @@ func parseRunID(s string) (int64, bool) {
 // body limit, bearer key, role; h gets the key and body.
 func (s *Server) keyRoute(method string, operator bool, h func(r *http.Request, k store.Key, body []byte) reply) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
-			w.Header().Set("Allow", method)
-			writeReply(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
-			return
-		}
-		key, ok := bearer(r.Header.Get("Authorization"))
+		key, ok := methodAndKey(w, r, method, writeReply)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-			writeReply(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
@@ -304,10 +297,7 @@ func (s *Server) keyRoute(method string, operator bool, h func(r *http.Request, 
 		}
 		k, rep, ok := s.authenticate(r.Context(), key)
 		if !ok {
-			if rep.status == 401 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-			}
-			writeReply(w, rep)
+			refuseKey(w, rep, writeReply)
 			return
 		}
 		if operator && k.Role != store.RoleOperator {

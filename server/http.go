@@ -54,23 +54,13 @@ func (s *Server) routes() {
 const RouteWhoami = "/api/v1/whoami"
 
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", http.MethodGet)
-		writeEarly(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes GET, not "+r.Method))
-		return
-	}
-	key, ok := bearer(r.Header.Get("Authorization"))
+	key, ok := methodAndKey(w, r, http.MethodGet, writeEarly)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-		writeEarly(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
 		return
 	}
 	k, rep, ok := s.authenticateLive(r.Context(), key)
 	if !ok {
-		if rep.status == 401 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-		}
-		writeEarly(w, rep)
+		refuseKey(w, rep, writeEarly)
 		return
 	}
 	b := append([]byte(nil), `{"ok":true,"workspace":`...)
@@ -90,25 +80,15 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 // size, then Call's path.
 func (s *Server) route(method string, op kernel.Op) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
-			w.Header().Set("Allow", method)
-			writeEarly(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
-			return
-		}
-		key, ok := bearer(r.Header.Get("Authorization"))
+		key, ok := methodAndKey(w, r, method, writeEarly)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-			writeEarly(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
 			return
 		}
 		start := time.Now()
 		k, rep, ok := s.authenticateLive(r.Context(), key)
 		if !ok {
 			s.metrics.observe(op, rep.status, time.Since(start))
-			if rep.status == 401 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-			}
-			writeEarly(w, rep)
+			refuseKey(w, rep, writeEarly)
 			return
 		}
 		if r.ContentLength > s.cfg.MaxBodyBytes {
@@ -165,6 +145,31 @@ func tooLarge(max int64) reply {
 func writeEarly(w http.ResponseWriter, r reply) {
 	w.Header().Set("Connection", "close")
 	writeReply(w, r)
+}
+
+// methodAndKey checks r's method (HEAD passes where GET is asked) and
+// takes its bearer key; when it refuses (405, 401) it has answered with
+// write, and ok is false.
+func methodAndKey(w http.ResponseWriter, r *http.Request, method string, write func(http.ResponseWriter, reply)) (key string, ok bool) {
+	if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+		w.Header().Set("Allow", method)
+		write(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
+		return "", false
+	}
+	if key, ok = bearer(r.Header.Get("Authorization")); !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+		write(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
+	}
+	return key, ok
+}
+
+// refuseKey answers the refusal of a key (401 with WWW-Authenticate, or
+// 503 when the look-up failed) with write.
+func refuseKey(w http.ResponseWriter, rep reply, write func(http.ResponseWriter, reply)) {
+	if rep.status == 401 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
+	}
+	write(w, rep)
 }
 
 // bearer takes the key out of an Authorization header; an absent header

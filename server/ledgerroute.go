@@ -11,15 +11,8 @@ import (
 // ledger, under the same keys as the lease routes (any role: a ledger is
 // readable by everyone its workspace trusts to lease).
 func (s *Server) ledgerRoute(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", http.MethodGet)
-		writeReply(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes GET, not "+r.Method))
-		return
-	}
-	key, ok := bearer(r.Header.Get("Authorization"))
+	key, ok := methodAndKey(w, r, http.MethodGet, writeReply)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-		writeReply(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
 		return
 	}
 	s.life.RLock()
@@ -35,10 +28,7 @@ func (s *Server) ledgerRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	k, rep, ok := s.authenticate(r.Context(), key)
 	if !ok {
-		if rep.status == 401 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-		}
-		writeReply(w, rep)
+		refuseKey(w, rep, writeReply)
 		return
 	}
 	if _, err := s.workspace(k.WorkspaceID); err != nil {
