@@ -97,7 +97,7 @@ func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/"
 // everything; the module root holds only these tests.
 var layers = map[string][]string{
 	"kernel": {"kernel"},
-	"wasm":   {"kernel", "wasm/wazero"},
+	"wasm":   {"kernel", "wasm/internal", "wasm/wazero"},
 	"server": {"kernel", "server"},
 	"web":    {"kernel", "web"},
 	"cmd":    {"kernel", "wasm", "server", "web", "cmd"},

@@ -33,6 +33,8 @@ package main
 import (
 	"syscall/js"
 
+	"github.com/leaseplane/leaseplane/wasm/internal/jsarg"
+
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/scenario"
 )
@@ -57,7 +59,7 @@ func main() {
 	closedMethod = wrap(func([]js.Value) any { return errValue("leaseplane: machine is closed") })
 	api := js.Global().Get("Object").New()
 	api.Set("replay", wrap(func(args []js.Value) any {
-		in, err := stringArg(args, 0, "replay(scenarioJson)")
+		in, err := jsarg.String(args, 0, "replay(scenarioJson)")
 		if err != nil {
 			return errValue(err.Error())
 		}
@@ -73,7 +75,7 @@ func main() {
 	api.Set("newMachine", wrap(func(args []js.Value) any {
 		rules := ""
 		if len(args) > 0 && args[0].Type() != js.TypeUndefined && args[0].Type() != js.TypeNull {
-			s, err := stringArg(args, 0, "newMachine(rulesJson)")
+			s, err := jsarg.String(args, 0, "newMachine(rulesJson)")
 			if err != nil {
 				return errValue(err.Error())
 			}
@@ -107,7 +109,7 @@ func machineObject(e kernel.Engine) js.Value {
 		obj.Set(name, throwingFunc(fn))
 	}
 	method("step", func(args []js.Value) any {
-		s, err := stringArg(args, 0, "step(stepJson)")
+		s, err := jsarg.String(args, 0, "step(stepJson)")
 		if err != nil {
 			return errValue(err.Error())
 		}
@@ -178,17 +180,6 @@ func throwingFunc(fn js.Func) js.Value {
 }
 
 func errValue(msg string) any { return map[string]any{"__leaseplaneError": msg} }
-
-type argError string
-
-func (e argError) Error() string { return string(e) }
-
-func stringArg(args []js.Value, i int, sig string) (string, error) {
-	if len(args) <= i || args[i].Type() != js.TypeString {
-		return "", argError(sig + ": argument " + string(rune('1'+i)) + " must be a string")
-	}
-	return args[i].String(), nil
-}
 
 func buildHash() string {
 	if build != "" {

@@ -30,6 +30,8 @@ import (
 	"strconv"
 	"syscall/js"
 
+	"github.com/leaseplane/leaseplane/wasm/internal/jsarg"
+
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/ledger"
 )
@@ -46,26 +48,15 @@ func wrap(f func(args []js.Value) any) js.Func {
 	return js.FuncOf(func(_ js.Value, args []js.Value) any { return f(args) })
 }
 
-type argError string
-
-func (e argError) Error() string { return string(e) }
-
-func stringArg(args []js.Value, i int, sig string) (string, error) {
-	if len(args) <= i || args[i].Type() != js.TypeString {
-		return "", argError(sig + ": argument " + string(rune('1'+i)) + " must be a string")
-	}
-	return args[i].String(), nil
-}
-
 // ledgerAPI is globalThis.leaseplaneLedger (see the package doc).
 func ledgerAPI() js.Value {
 	api := js.Global().Get("Object").New()
 	api.Set("verify", wrap(func(args []js.Value) any {
-		text, err := stringArg(args, 0, "verify(text, verifierKey)")
+		text, err := jsarg.String(args, 0, "verify(text, verifierKey)")
 		if err != nil {
 			return errValue(err.Error())
 		}
-		key, err := stringArg(args, 1, "verify(text, verifierKey)")
+		key, err := jsarg.String(args, 1, "verify(text, verifierKey)")
 		if err != nil {
 			return errValue(err.Error())
 		}
@@ -76,7 +67,7 @@ func ledgerAPI() js.Value {
 		return okValue(v.Summary())
 	}))
 	api.Set("newKey", wrap(func(args []js.Value) any {
-		origin, err := stringArg(args, 0, "newKey(origin)")
+		origin, err := jsarg.String(args, 0, "newKey(origin)")
 		if err != nil {
 			return errValue(err.Error())
 		}
@@ -92,11 +83,11 @@ func ledgerAPI() js.Value {
 		return okValue(map[string]any{"signer": s, "verifier": v})
 	}))
 	api.Set("seal", wrap(func(args []js.Value) any {
-		signer, err := stringArg(args, 0, "seal(signerKey, transcriptJson)")
+		signer, err := jsarg.String(args, 0, "seal(signerKey, transcriptJson)")
 		if err != nil {
 			return errValue(err.Error())
 		}
-		events, err := stringArg(args, 1, "seal(signerKey, transcriptJson)")
+		events, err := jsarg.String(args, 1, "seal(signerKey, transcriptJson)")
 		if err != nil {
 			return errValue(err.Error())
 		}

@@ -1,7 +1,7 @@
 // Command buildhash prints the short hash that names a browser kernel build
 // (leaseplane.version().build): SHA-256 over the Go version, GOWASM and the
 // sources the GOOS=js build is made from (go.mod and the non-test Go files
-// of kernel, kernel/scenario and wasm/js, in byte order of their paths, each
+// of the packages in sourceDirs, in byte order of their paths, each
 // with its path and length), cut to 12 hex digits.
 //
 // It reads no environment but its arguments and nothing outside the
@@ -24,7 +24,7 @@ import (
 )
 
 // sourceDirs are the module's packages the GOOS=js build compiles.
-var sourceDirs = []string{"kernel", "kernel/scenario", "wasm/js"}
+var sourceDirs = []string{"kernel", "kernel/internal/jsontext", "kernel/scenario", "wasm/internal/jsarg", "wasm/js"}
 
 func main() {
 	if len(os.Args) != 3 {
