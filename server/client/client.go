@@ -155,17 +155,9 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (re
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.key)
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.transport(req)
 	if err != nil {
-		// *url.Error repeats the method and URL; keep its cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return response{}, fmt.Errorf("leaseplane client: %s %s: %w", method, c.base+path, err)
+		return response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
@@ -370,4 +362,21 @@ func clip(b []byte) string {
 		return string(b[:120]) + "..."
 	}
 	return string(b)
+}
+
+// transport sends req with the client's key. A transport failure names the
+// request once (*url.Error repeats the method and URL; its cause is kept).
+func (c *Client) transport(req *http.Request) (*http.Response, error) {
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("leaseplane client: %s %s: %w", req.Method, req.URL, err)
+	}
+	return resp, nil
 }

@@ -2,11 +2,9 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -27,16 +25,9 @@ func (c *Client) Ledger(ctx context.Context, route string) (status int, body []b
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("leaseplane client: ledger %s: %w", route, err)
 	}
-	if c.key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.key)
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.transport(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return 0, nil, 0, fmt.Errorf("leaseplane client: GET %s: %w", u, err)
+		return 0, nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxLedgerAnswerBytes+1))
