@@ -112,7 +112,8 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 		if r.status != 409 || !bytes.Contains(r.answer, leaseHeldMark) {
 			return r
 		}
-		left := deadline.Sub(s.cfg.Clock())
+		now := s.cfg.Clock()
+		left := deadline.Sub(now)
 		if left <= 0 || changed == nil {
 			return r
 		}
@@ -129,6 +130,13 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 		}
 		timer := make(chan struct{})
 		stop := s.cfg.AfterFunc(wake, func() { close(timer) })
+		if s.cfg.Clock().Sub(now) >= time.Millisecond {
+			// The clock moved while the timer was being armed (a stepped
+			// test clock, a stalled goroutine): the timer is late by that
+			// much, so ask again now rather than trust it.
+			stop()
+			continue
+		}
 		select {
 		case <-changed:
 		case <-timer:
