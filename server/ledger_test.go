@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -471,5 +473,43 @@ func TestLedgerCatchesUpAfterRestart(t *testing.T) {
 	}
 	if err := kledger.CheckConsistency(hs, now.Size, now.Root, v.Checkpoint.Size, v.Checkpoint.Root); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLedgerKeyUnwritable: when the workspace's signing key cannot be
+// written, leases are still granted; once it can, the ledger opens on the
+// next ledger request and holds every event.
+func TestLedgerKeyUnwritable(t *testing.T) {
+	dir := t.TempDir()
+	ts := newTestServer(t, dir)
+	wb, _, err := ts.s.Store().EnsureWorkspace("late", nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyB, _, err := ts.s.Store().CreateKey(wb, store.RoleWorkspace, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A file where the key would go makes the key unwritable.
+	keyFile := filepath.Join(dir, "ledger-keys", "late.key")
+	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		st, _, b := ts.do("POST", RouteLease, keyB, `{"resource":"lock:`+strconv.Itoa(i)+`","actorDid":"did:example:b"}`)
+		if st != 200 {
+			t.Fatalf("lease %d without a ledger key: %d %s", i, st, b)
+		}
+	}
+	if st, b := ts.ledgerGet(keyB, "key"); st != 503 {
+		t.Fatalf("the ledger with an unwritable key: %d %s", st, b)
+	}
+	os.Remove(keyFile)
+	if st, b := ts.ledgerGet(keyB, "key"); st != 200 {
+		t.Fatalf("the ledger once the key can be made: %d %s", st, b)
+	}
+	ts.ledgerWait()
+	if es := ts.entries(keyB); len(es) != 3 {
+		t.Fatalf("%d entries, want the 3 grants", len(es))
 	}
 }

@@ -35,6 +35,11 @@ func (s *Server) ledgerRoute(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, unavailable(err))
 		return
 	}
+	// Opened at the workspace's load; again here in case that failed.
+	if err := s.ledger.Workspace(k.WorkspaceID, k.Workspace); err != nil {
+		writeReply(w, unavailable(err))
+		return
+	}
 	name, _ := ledger.SplitRoute(r.URL.Path)
 	lr := s.ledger.Route(r.Context(), k.WorkspaceID, name, r.URL.Query())
 	h := w.Header()

@@ -77,8 +77,12 @@ func (s *Server) workspace(id int64) (*workspace, error) {
 		// The workspace's signing key is made with it (or on its first
 		// load by a server that has a ledger). A drill's workspace has no
 		// ledger: it lives for one drill.
+		// Failing to open it (the key cannot be written) does not stop
+		// the workspace: its events stay in the log, and the ledger
+		// catches up once a ledger request opens it.
 		if err := s.ledger.Workspace(w.ID, w.Name); err != nil {
-			return nil, err
+			s.log.Error("the workspace's ledger cannot be opened; leases go on, the ledger catches up later",
+				"workspace", w.Name, "err", err)
 		}
 	}
 	s.wsMu.Lock()
