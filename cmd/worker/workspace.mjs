@@ -152,7 +152,18 @@ export class Workspace extends DurableObject {
     return Math.max(Date.now() + this.offset, this.last);
   }
 
+  // fetch answers every route; a failure of the object itself is 503
+  // (nothing was granted), never a bare 500.
   async fetch(req) {
+    try {
+      return await this.route(req);
+    } catch (err) {
+      console.error("workspace: request failed:", err && err.stack);
+      return unavailable(err && err.message);
+    }
+  }
+
+  async route(req) {
     const url = new URL(req.url);
     const path = url.pathname;
     if (path.startsWith("/op/")) {
@@ -165,8 +176,16 @@ export class Workspace extends DurableObject {
     switch (path) {
       case "/create":
         return this.create(url.searchParams.get("name"), new Uint8Array(await req.arrayBuffer()));
-      case "/replay":
-        return this.replay(await req.json());
+      case "/replay": {
+        let input;
+        try {
+          input = await req.json();
+        } catch (err) {
+          return refusal(400, "invalid_request", `replay: the body is not JSON: ${err.message}`);
+        }
+        if (!input || !Array.isArray(input.steps)) return refusal(400, "invalid_request", "replay: want {rules, steps: [...]}");
+        return this.replay(input);
+      }
     }
     if (path.startsWith("/ledger/")) {
       if (this.kernel === null) return refusal(404, "not_found", "this workspace does not exist");
