@@ -55,16 +55,8 @@ func handle(w http.ResponseWriter, r *http.Request) {
 // lease authenticates one lease request and sends it to its workspace's
 // object.
 func lease(r *http.Request, op kernel.Op) reply {
-	key, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
-		return refusal(401, "unauthorized", "the Authorization header must be Bearer KEY")
-	}
 	// The key is checked before any of the body is read, as on the server.
-	ks, err := openKeys()
-	if err != nil {
-		return unavailable(err.Error())
-	}
-	k, rep, ok := authenticate(ks, key)
+	k, rep, ok := requestKey(r)
 	if !ok {
 		return rep
 	}
@@ -76,6 +68,7 @@ func lease(r *http.Request, op kernel.Op) reply {
 		return rep
 	}
 	if op == kernel.OpWait && r.URL.RawQuery != "" {
+		var err error
 		if body, err = waitQuery(r.URL.Query()); err != nil {
 			return refusal(400, kernel.ReasonInvalid, err.Error())
 		}
@@ -96,19 +89,25 @@ func ledgerRoute(r *http.Request) reply {
 	if r.Method != "GET" && r.Method != "HEAD" {
 		return refusal(405, "method_not_allowed", r.URL.Path+" takes GET, not "+r.Method)
 	}
-	key, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
-		return refusal(401, "unauthorized", "the Authorization header must be Bearer KEY")
-	}
-	ks, err := openKeys()
-	if err != nil {
-		return unavailable(err.Error())
-	}
-	k, rep, ok := authenticate(ks, key)
+	k, rep, ok := requestKey(r)
 	if !ok {
 		return rep
 	}
 	return toObject(k.workspace, "/ledger/"+name+"?"+r.URL.RawQuery, nil)
+}
+
+// requestKey checks r's bearer key: the key's record, or the refusal to
+// answer (401, or 503 when the keys cannot be read).
+func requestKey(r *http.Request) (keyRecord, reply, bool) {
+	key, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return keyRecord{}, refusal(401, "unauthorized", "the Authorization header must be Bearer KEY"), false
+	}
+	ks, err := openKeys()
+	if err != nil {
+		return keyRecord{}, unavailable(err.Error()), false
+	}
+	return authenticate(ks, key)
 }
 
 func readBody(r *http.Request) ([]byte, reply, bool) {
