@@ -116,22 +116,16 @@ export function wasi(memory) {
   };
 }
 
-// Kernel is one instance of the wasip1 build holding at most one machine.
-// Its methods throw when the instance traps; the instance is then unusable
-// and the host must make a new one.
-export class Kernel {
-  constructor(module) {
-    let instance;
+// Reactor is what the hosts of the wasip1 reactors (this kernel, the
+// ledger in ledger.mjs) share: calls that turn a trap into a lasting error
+// (the instance is then unusable and the host must make a new one), the
+// input buffer the guest hands out through its bufferExport, and reading
+// a packed ptr<<32|len result.
+export class Reactor {
+  constructor(label, bufferExport) {
+    this.label = label;
+    this.bufferExport = bufferExport;
     this.broken = null;
-    instance = new WebAssembly.Instance(module, {
-      wasi_snapshot_preview1: wasi(() => instance.exports.memory),
-    });
-    this.x = instance.exports;
-    this.x._initialize();
-    const abi = this.x.lp_abi_version();
-    if (abi !== ABI_VERSION) {
-      throw new Error(`the kernel build speaks ABI ${abi}, this host ${ABI_VERSION}: rebuild with make worker`);
-    }
     this.inPtr = 0;
     this.inCap = 0;
   }
@@ -141,7 +135,7 @@ export class Kernel {
     try {
       return this.x[name](...args);
     } catch (err) {
-      this.broken = new Error(`kernel: ${name} trapped; the instance is unusable: ${err && err.message}`);
+      this.broken = new Error(`${this.label}: ${name} trapped; the instance is unusable: ${err && err.message}`);
       throw this.broken;
     }
   }
@@ -152,7 +146,7 @@ export class Kernel {
     let n = 0;
     for (const p of parts) n += p.length;
     if (n > this.inCap || this.inCap === 0) {
-      this.inPtr = this.call("lp_buffer", Math.max(n, 1));
+      this.inPtr = this.call(this.bufferExport, Math.max(n, 1));
       this.inCap = Math.max(n, 1);
     }
     const mem = new Uint8Array(this.x.memory.buffer);
@@ -169,6 +163,25 @@ export class Kernel {
     const ptr = Number((r >> 32n) & 0x7fffffffn);
     const len = Number(r & 0xffffffffn);
     return new Uint8Array(this.x.memory.buffer, ptr, len).slice();
+  }
+}
+
+// Kernel is one instance of the wasip1 build holding at most one machine.
+// Its methods throw when the instance traps; the instance is then unusable
+// and the host must make a new one.
+export class Kernel extends Reactor {
+  constructor(module) {
+    super("kernel", "lp_buffer");
+    let instance;
+    instance = new WebAssembly.Instance(module, {
+      wasi_snapshot_preview1: wasi(() => instance.exports.memory),
+    });
+    this.x = instance.exports;
+    this.x._initialize();
+    const abi = this.x.lp_abi_version();
+    if (abi !== ABI_VERSION) {
+      throw new Error(`the kernel build speaks ABI ${abi}, this host ${ABI_VERSION}: rebuild with make worker`);
+    }
   }
 
   // output is a region's bytes, or throws the guest's error message.

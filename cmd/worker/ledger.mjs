@@ -3,18 +3,18 @@
 // keeps the entries and the stored tree hashes (tlog's layout); the module
 // reads the hashes it needs through its one import, synchronously, and does
 // all the hashing, proving and signing. Nothing here computes a hash.
-import { wasi } from "./kernel.mjs";
+import { Reactor, wasi } from "./kernel.mjs";
 
 const ERR_FLAG = 1n << 63n;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-export class Ledger {
+export class Ledger extends Reactor {
   // readHashes(indexes: number[]) returns one 32-byte Uint8Array per index,
   // or null when one is missing.
   constructor(module, readHashes) {
+    super("ledger", "lg_buffer");
     let instance;
-    this.broken = null;
     instance = new WebAssembly.Instance(module, {
       wasi_snapshot_preview1: wasi(() => instance.exports.memory),
       leaseplane: {
@@ -33,40 +33,10 @@ export class Ledger {
     });
     this.x = instance.exports;
     this.x._initialize();
-    this.inPtr = 0;
-    this.inCap = 0;
-  }
-
-  call(name, ...args) {
-    if (this.broken) throw this.broken;
-    try {
-      return this.x[name](...args);
-    } catch (err) {
-      this.broken = new Error(`ledger: ${name} trapped; the instance is unusable: ${err && err.message}`);
-      throw this.broken;
-    }
-  }
-
-  write(...parts) {
-    let n = 0;
-    for (const p of parts) n += p.length;
-    if (n > this.inCap || this.inCap === 0) {
-      this.inPtr = this.call("lg_buffer", Math.max(n, 1));
-      this.inCap = Math.max(n, 1);
-    }
-    const mem = new Uint8Array(this.x.memory.buffer);
-    let off = this.inPtr;
-    for (const p of parts) {
-      mem.set(p, off);
-      off += p.length;
-    }
-    return n;
   }
 
   output(r) {
-    const ptr = Number((r >> 32n) & 0x7fffffffn);
-    const len = Number(r & 0xffffffffn);
-    const b = new Uint8Array(this.x.memory.buffer, ptr, len).slice();
+    const b = this.region(r);
     if (r & ERR_FLAG) throw new Error(`ledger: ${dec.decode(b)}`);
     return b;
   }
