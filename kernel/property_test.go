@@ -142,8 +142,8 @@ func (s liveState) hasClaim(agent, res string) bool {
 	return false
 }
 
-// blocks lists the agents that block agent asking mode on res (SPEC
-// acquire rule 5): conflicting leases of others, and, when agent holds no
+// blocks lists the agents that block agent asking mode on res (the
+// deadlock rule of docs/SEMANTICS.md): conflicting leases of others, and, when agent holds no
 // lease there and has no claim there, conflicting claims of others.
 func (s liveState) blocks(agent, res, mode string) []string {
 	var out []string

@@ -15,7 +15,7 @@ import (
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// Detection routes (SPEC.md, "Detection and drills"): the registered
+// Detection routes (docs/DETECTION.md): the registered
 // detectors (kernel/detect) run over the caller's workspace's ledger, up
 // to a checkpoint signed for the run; each finding cites both entries
 // with inclusion proofs against that checkpoint and is filed as a case,
