@@ -258,9 +258,6 @@ func (l *Ledger) Stats() Stats {
 	return Stats{l.appended.Load(), l.failures.Load(), l.caughtUp.Load(), l.signed.Load()}
 }
 
-// writeGap is the least time between two ledger writes.
-const writeGap = 20 * time.Millisecond
-
 // catchUpRows bounds the log rows one catch-up step reads.
 const catchUpRows = 4096
 
@@ -274,18 +271,9 @@ func (l *Ledger) writer() {
 	retry := time.NewTicker(200 * time.Millisecond)
 	defer retry.Stop()
 	var batch []item
-	var last time.Time
 	for {
 		batch = batch[:0]
 		stopping := false
-		// At most one write per writeGap: each is an fsync of ledger.db, and
-		// the commands' own commits need the disk more.
-		if d := writeGap - time.Since(last); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-l.stop:
-			}
-		}
 		select {
 		case it := <-l.queue:
 			batch = append(batch, it)
@@ -321,7 +309,6 @@ func (l *Ledger) writer() {
 				break fill
 			}
 		}
-		last = time.Now()
 		l.write(batch)
 		if stopping {
 			// One more pass for what the last one left behind.
