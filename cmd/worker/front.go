@@ -120,6 +120,20 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// maxWaitUpToMs is the longest a lease request may be held
+// (POST lease?waitUpToMs=N), as on the server.
+const maxWaitUpToMs = 30000
+
+// parseWaitUpTo reads waitUpToMs as the server does.
+func parseWaitUpTo(v string) (int, error) {
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n > maxWaitUpToMs || v[0] == '+' {
+		return 0, errors.New("waitUpToMs must be a whole number of milliseconds from 0 to " +
+			strconv.Itoa(maxWaitUpToMs) + ", not " + strconv.Quote(v))
+	}
+	return int(n), nil
+}
+
 func unavailable(what string) reply {
 	r := refusal(503, "unavailable", "the lease plane cannot decide now; nothing was granted; retry ("+what+")")
 	r.retryAfter = 1

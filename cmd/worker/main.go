@@ -76,7 +76,15 @@ func lease(r *http.Request, op kernel.Op) reply {
 	if rep, ok := admit(k, op, body); !ok {
 		return rep
 	}
-	return toObject(k.workspace, "/op/"+string(op), body)
+	path := "/op/" + string(op)
+	if v := r.URL.Query().Get("waitUpToMs"); op == kernel.OpAcquire && v != "" {
+		ms, err := parseWaitUpTo(v)
+		if err != nil {
+			return refusal(400, kernel.ReasonInvalid, err.Error())
+		}
+		path += "?waitUpToMs=" + strconv.Itoa(ms)
+	}
+	return toObject(k.workspace, path, body)
 }
 
 // ledgerRoute answers the ledger's routes for any key of the workspace: a

@@ -171,6 +171,8 @@ export class Workspace extends DurableObject {
       if (!OPS.has(op)) return refusal(404, "not_found", `no op ${op}`);
       if (this.kernel === null) return refusal(404, "not_found", "this workspace does not exist");
       const body = new Uint8Array(await req.arrayBuffer());
+      const waitUpTo = url.searchParams.get("waitUpToMs");
+      if (op === "acquire" && waitUpTo !== null) return this.held(body, Number(waitUpTo));
       return this.command(op, body);
     }
     switch (path) {
@@ -233,19 +235,56 @@ export class Workspace extends DurableObject {
   // command applies one command, logs it when it changed the machine and
   // sets the alarm, all before the answer leaves.
   command(op, body) {
+    return this.answer(this.apply(op, body));
+  }
+
+  // apply applies one command and logs it when it changed the machine; it
+  // returns the kernel's result, or null when the object failed (the
+  // machine is then rebuilt from storage).
+  apply(op, body) {
     const now = this.now();
-    let res;
     try {
-      res = this.kernel.apply(op, now, body);
+      const res = this.kernel.apply(op, now, body);
       if (res.changed) this.record(op, now, body, res.events);
+      return res;
     } catch (err) {
-      // The machine may be ahead of storage: rebuild it from storage.
       console.error("workspace: command failed:", err && err.stack);
       this.reload();
-      return unavailable(err.message);
+      this.failure = err.message;
+      return null;
     }
+  }
+
+  answer(res) {
+    if (res === null) return unavailable(this.failure);
     const headers = res.retryAfter > 0 ? { "Retry-After": String(res.retryAfter) } : {};
     return json(res.status, dec.decode(res.answer), headers);
+  }
+
+  // held answers POST lease?waitUpToMs=N: while the answer is lease_held,
+  // the object asks again on the caller's behalf whenever its machine
+  // changed (a release, a lapse or revocation by alarm, a claim ending, an
+  // operator's act) and shortly before the caller's own claim would end,
+  // and answers the grant or any other refusal at once, or the last
+  // lease_held when the time is up. The front has checked N (0 to 30000).
+  async held(body, waitUpToMs) {
+    const deadline = Date.now() + waitUpToMs;
+    for (;;) {
+      const res = this.apply("acquire", body);
+      if (res === null || res.status !== 409) return this.answer(res);
+      const a = JSON.parse(dec.decode(res.answer));
+      const left = deadline - Date.now();
+      if (a.reason !== "lease_held" || left <= 0) return this.answer(res);
+      // The caller's claim lasts waitMs + 1000 ms from this refusal.
+      const beforeClaimEnds = Math.max(50, a.stampede.waitMs + 1000 - 300);
+      await new Promise((resolve) => {
+        const t = setTimeout(resolve, Math.min(left, beforeClaimEnds));
+        (this.wakers ??= []).push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
   }
 
   record(op, now, body, events) {
@@ -257,6 +296,10 @@ export class Workspace extends DurableObject {
       this.setMeta("clock", now);
     }
     this.catchUp();
+    // Held requests ask again: something may have freed.
+    const wake = this.wakers;
+    this.wakers = [];
+    if (wake) for (const w of wake) w();
     if (++this.sinceSnapshot >= SNAPSHOT_EVERY) {
       this.sql.exec(`INSERT INTO snapshot (id, seq, data, version) VALUES (1, ?, ?, ?)
         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, data = excluded.data, version = excluded.version`,
@@ -432,7 +475,7 @@ export class Workspace extends DurableObject {
     if (this.kernel === null) return;
     this.catchUp();
     this.alarmAt = null;
-    this.command("tick", EMPTY);
+    this.apply("tick", EMPTY);
     if (this.alarmAt === null && this.kernel) this.schedule();
   }
 

@@ -306,3 +306,21 @@ test("wait pages by query parameters; forget needs an operator key", async () =>
   assert.equal(busy.status, 409, busy.text);
   assert.equal(busy.json.reason, "agent_busy");
 });
+
+test("lease?waitUpToMs holds the request and answers the grant at the release", async () => {
+  const a = "did:web:a.example:agent:hold-a", b = "did:web:a.example:agent:hold-b";
+  assert.equal((await acquire(keyA, "lock:hold", a)).status, 200);
+  const waiting = call(`${LEASE}?waitUpToMs=20000`, keyA, { resource: "lock:hold", actorDid: b });
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal((await release(keyA, "lock:hold", a)).status, 200);
+  const got = await waiting;
+  assert.equal(got.status, 200, got.text);
+  assert.equal(got.json.lease.holder, b);
+  // Time up: the last lease_held; a bad value: 400 naming it.
+  const short = await call(`${LEASE}?waitUpToMs=100`, keyA, { resource: "lock:hold", actorDid: a });
+  assert.equal(short.status, 409, short.text);
+  assert.equal(short.json.reason, "lease_held");
+  const bad = await call(`${LEASE}?waitUpToMs=30001`, keyA, { resource: "lock:hold", actorDid: a });
+  assert.equal(bad.status, 400);
+  assert.match(bad.json.error, /waitUpToMs must be a whole number of milliseconds from 0 to 30000, not "30001"/);
+});
