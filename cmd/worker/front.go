@@ -264,7 +264,11 @@ func admit(k keyRecord, op kernel.Op, body []byte) (reply, bool) {
 	switch op {
 	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
 		if k.role != roleOperator {
-			return refusal(403, "forbidden", string(op)+" needs an operator key; this is a "+k.role+" key"), false
+			article := "a "
+			if strings.HasPrefix(k.role, "a") {
+				article = "an " // "an agent key"
+			}
+			return refusal(403, "forbidden", string(op)+" needs an operator key; this is "+article+k.role+" key"), false
 		}
 	}
 	if k.role == roleAgent && op != kernel.OpWait {
