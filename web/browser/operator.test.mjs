@@ -51,7 +51,10 @@ test("the operator's page runs the drills and shows the run and the open cases",
   const rows = await page.$$eval("#op-run tr[data-drill]", (trs) => trs.map((tr) => tr.dataset.drill + " " + tr.children[1].textContent));
   assert.deepEqual(rows, ["two-agents-one-slot pass", "stale-lease-id pass"]);
   await page.click("#op-detect");
-  await page.waitForFunction(() => /lease-overlap read \d+ entries: 0 findings/.test(document.getElementById("op-status").textContent));
+  // the detector's answer stays on its own line (a refresh of the page's
+  // status must not erase it); a refusal would show there too
+  await page.waitForFunction(() => /^lease-overlap (read|did not run)/.test(document.getElementById("op-detect-result").textContent));
+  assert.match(await page.textContent("#op-detect-result"), /^lease-overlap read \d+ entries: 0 findings\.$/);
   await shot(page, "operator");
   assert.deepEqual(csp, []);
 });

@@ -123,13 +123,17 @@
       status.textContent = 'The plane refused: ' + e.message;
     }
   });
+  // The detector's answer has a line of its own: refresh() rewrites
+  // op-status, and would erase it.
   $('op-detect').addEventListener('click', async () => {
+    const out = $('op-detect-result');
+    out.textContent = 'Running lease-overlap…';
     try {
       const r = await api('POST', '/api/v1/detection/run', { detector: 'lease-overlap' });
-      status.textContent = `lease-overlap read ${r.treeSize} entries: ${r.findings.length} findings.`;
+      out.textContent = `lease-overlap read ${r.treeSize} entries: ${r.findings.length} findings.`;
       refresh();
     } catch (e) {
-      status.textContent = 'The plane refused: ' + e.message;
+      out.textContent = 'lease-overlap did not run: ' + e.message;
     }
   });
   if (key) refresh();
