@@ -71,7 +71,12 @@ func TestLedgerCLI(t *testing.T) {
 	if code, out, errs = runBin(t, env, "ledger", "watch", "--file", watch, "--once"); code != 0 || !strings.Contains(out, "kept") {
 		t.Fatalf("watch: %d %s %s", code, out, errs)
 	}
-	runBin(t, env, "lease", "lock:more", "--as", "did:example:ci")
+	// The ledger is written behind the grants, and the checkpoint route
+	// waits for it only so long: --receipt waits until the grant is in a
+	// signed tree, so the next checkpoint must have grown.
+	if code, out, errs = runBin(t, env, "lease", "lock:more", "--as", "did:example:ci", "--receipt", filepath.Join(dir, "receipt3.txt")); code != 0 {
+		t.Fatalf("lease lock:more --receipt: %d %s %s", code, out, errs)
+	}
 	if code, out, errs = runBin(t, env, "ledger", "watch", "--file", watch, "--once"); code != 0 || !strings.Contains(out, "consistent with the last kept one") {
 		t.Fatalf("watch again: %d %s %s", code, out, errs)
 	}
