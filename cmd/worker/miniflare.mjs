@@ -61,12 +61,19 @@ export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "l
   return { mf, url: String(url).replace(/\/$/, "") };
 }
 
+// Connection: close on the tests' requests to workerd. workerd closes an
+// idle keep-alive connection after 5 s; a test that blocks Node's event
+// loop that long (spawnSync of bin/leaseplane, a loaded machine) would
+// otherwise send its next request on a socket workerd has just closed, and
+// fetch fails ("fetch failed", the socket's other side closed).
+export const fresh = { Connection: "close" };
+
 // createWorkspace makes a workspace through the admin route and returns its
 // workspace key.
 export async function createWorkspace(base, adminSecret, name, rules) {
   const res = await fetch(`${base}/admin/v1/workspaces?name=${encodeURIComponent(name)}`, {
     method: "POST",
-    headers: { Authorization: `Bearer ${adminSecret}` },
+    headers: { ...fresh, Authorization: `Bearer ${adminSecret}` },
     body: rules === undefined ? "" : JSON.stringify(rules),
   });
   const body = await res.json();
@@ -80,7 +87,7 @@ export async function createKey(base, adminSecret, workspace, role, agentDid) {
   if (agentDid) q.set("agentDid", agentDid);
   const res = await fetch(`${base}/admin/v1/keys?${q}`, {
     method: "POST",
-    headers: { Authorization: `Bearer ${adminSecret}` },
+    headers: { ...fresh, Authorization: `Bearer ${adminSecret}` },
   });
   const body = await res.json();
   if (res.status !== 200) throw new Error(`creating a ${role} key: ${res.status} ${JSON.stringify(body)}`);

@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { start, createWorkspace, createKey, root } from "../miniflare.mjs";
+import { start, createWorkspace, createKey, root, fresh } from "../miniflare.mjs";
 
 const ADMIN = "admin-secret-for-ledger-tests";
 let dataDir, mf, base;
@@ -26,12 +26,12 @@ after(async () => {
 });
 
 async function post(route, key, body) {
-  const res = await fetch(base + route, { method: "POST", headers: { Authorization: `Bearer ${key}` }, body: JSON.stringify(body) });
+  const res = await fetch(base + route, { method: "POST", headers: { ...fresh, Authorization: `Bearer ${key}` }, body: JSON.stringify(body) });
   return { status: res.status, json: await res.json() };
 }
 
 async function get(route, key) {
-  const res = await fetch(base + route, { headers: { Authorization: `Bearer ${key}` } });
+  const res = await fetch(base + route, { headers: { ...fresh, Authorization: `Bearer ${key}` } });
   return { status: res.status, type: res.headers.get("content-type"), text: await res.text() };
 }
 

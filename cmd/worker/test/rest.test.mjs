@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { start, createWorkspace, createKey } from "../miniflare.mjs";
+import { start, createWorkspace, createKey, fresh } from "../miniflare.mjs";
 
 const ADMIN = "admin-secret-for-tests";
 const LEASE = "/api/v1/acp/coordination/lease";
@@ -30,7 +30,7 @@ after(async () => {
 });
 
 async function call(route, key, body, { method = "POST", headers = {} } = {}) {
-  const h = { ...headers };
+  const h = { ...fresh, ...headers };
   if (key !== null) h.Authorization = `Bearer ${key}`;
   const res = await fetch(base + route, {
     method,
