@@ -106,6 +106,8 @@ test: check-wasm check-generated check-module test-go test-fuzz parity test-node
 
 # test-go leaves the parity run to its own target, which prints its seed.
 test-go: test-bench-tool
+	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
+	  test -z "$$bad" || { echo "gofmt: not formatted (run gofmt -w): $$bad"; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/wasm/parity$$')
 

@@ -147,4 +147,3 @@ func checkUpgraded(t *testing.T, s *Server) {
 		t.Errorf("the agent 0.1.0 suspended: %d %s", st, b)
 	}
 }
-

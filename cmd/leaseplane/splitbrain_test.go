@@ -48,7 +48,10 @@ func TestSplitBrain(t *testing.T) {
 		}
 		bundles = append(bundles, bundle)
 	}
-	vkey := strings.TrimSpace(func() string { _, o, _ := cli(t, "ledger", "key", "--data", d1, "--workspace", firstWorkspace); return o }())
+	vkey := strings.TrimSpace(func() string {
+		_, o, _ := cli(t, "ledger", "key", "--data", d1, "--workspace", firstWorkspace)
+		return o
+	}())
 	for _, b := range bundles {
 		if code, o, e := cli(t, "detect", "--key", vkey, b); code != 0 || !strings.Contains(o, "0 findings") {
 			t.Errorf("one plane's bundle alone: exit %d\n%s%s", code, o, e)
@@ -68,7 +71,9 @@ func TestSplitBrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v struct{ Entries []struct{ Event json.RawMessage } }
+		var v struct {
+			Entries []struct{ Event json.RawMessage }
+		}
 		if err := json.Unmarshal(raw, &v); err != nil {
 			t.Fatal(err)
 		}
