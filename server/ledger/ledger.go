@@ -107,6 +107,11 @@ type wsLedger struct {
 	signMu sync.Mutex
 }
 
+// cacheMax bounds a workspace's cache of recent stored hashes; past it the
+// cache starts again empty, and the few frontier hashes the next append
+// needs are read from disk. 4,096 hashes keep the map near 200 KB.
+const cacheMax = 1 << 12
+
 // New makes the ledger; Start begins writing.
 func New(cfg Config) (*Ledger, error) {
 	if cfg.Store == nil || cfg.DataDir == "" {
@@ -371,8 +376,9 @@ func (l *Ledger) write(batch []item) {
 		w := p.w
 		w.mu.Lock()
 		w.pos = p.app.To
-		if len(w.cache) > 1<<14 {
-			clear(w.cache)
+		if len(w.cache) > cacheMax {
+			// A new map, not clear: a cleared map keeps its buckets.
+			w.cache = map[int64][32]byte{}
 		}
 		for i, h := range p.app.Hashes {
 			w.cache[p.app.HashStart+int64(i)] = h
@@ -406,7 +412,7 @@ func (l *Ledger) plan(w *wsLedger, items []item) (*plan, error) {
 			return nil, err
 		}
 		w.pos, w.loaded = pos, true
-		clear(w.cache)
+		w.cache = map[int64][32]byte{}
 	}
 	from := w.pos
 	w.mu.Unlock()
