@@ -218,6 +218,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	if env.ready != nil {
 		env.ready(ln.Addr().String())
 	}
+	trimCtx, stopTrim := context.WithCancel(ctx)
+	defer stopTrim()
+	go trimAfterBursts(trimCtx)
 	errc := make(chan error, 1)
 	go func() {
 		if cert != nil {
