@@ -43,7 +43,7 @@ export function startServe(bin, tmp, extra = []) {
       out += d;
       const m = out.match(/export LEASEPLANE_URL=(\S+)/);
       const key = out.match(/export LEASEPLANE_KEY=(\S+)/);
-      if (m) { clearTimeout(timer); resolve({ url: m[1], key: key && key[1], stop: () => proc.kill("SIGTERM") }); }
+      if (m) { clearTimeout(timer); resolve({ url: m[1], key: key && key[1], stop: () => stopProc(proc) }); }
     });
     proc.on("exit", (code) => { clearTimeout(timer); reject(new Error(`leaseplane serve exited ${code}: ${err}`)); });
   });
@@ -95,4 +95,14 @@ export function watchRequests(page) {
 export async function shot(page, name) {
   fs.mkdirSync(artifacts, { recursive: true });
   await page.screenshot({ path: path.join(artifacts, name + ".png") });
+}
+
+// stopProc sends SIGTERM and resolves once the process has exited, so that
+// its data folder can be removed without racing its last writes.
+function stopProc(proc) {
+  return new Promise((resolve) => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+    proc.once("exit", () => resolve());
+    proc.kill("SIGTERM");
+  });
 }

@@ -20,7 +20,7 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  serve?.stop();
+  await serve?.stop();
   if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
 });
 

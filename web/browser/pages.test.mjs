@@ -21,7 +21,7 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  serve?.stop();
+  await serve?.stop();
   site?.stop();
   if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
 });
