@@ -165,15 +165,20 @@ func (c *committer) commit(batch []pending) int {
 		// Before the answers leave: a receipt asked for right after a grant
 		// knows the ledger is to have it.
 		for _, p := range batch {
-			l.Notify(p.rec.Workspace, p.rec.Seq, p.rec.Events)
+			l.Notify(p.rec.Workspace, p.rec.Seq, p.events)
 		}
 	}
 	for _, p := range batch {
 		close(p.t.done)
 	}
-	for _, p := range batch {
-		if len(p.events) > 0 && !store.IsDrillWorkspace(p.ws.name) {
-			c.s.events.sink(p.rec.Workspace, p.rec.Seq, p.events)
+	if c.s.ledger == nil {
+		// Without a ledger, the events table keeps the events; with one,
+		// the ledger holds the same events (byte for byte, signed), and a
+		// second copy would only cost the commits' CPU.
+		for _, p := range batch {
+			if len(p.events) > 0 && !store.IsDrillWorkspace(p.ws.name) {
+				c.s.events.sink(p.rec.Workspace, p.rec.Seq, p.events)
+			}
 		}
 	}
 	return len(batch)

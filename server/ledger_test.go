@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseplane/leaseplane/kernel"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 	tdlog "github.com/transparency-dev/formats/log"
@@ -197,21 +198,29 @@ func TestLedgerRecordsEveryChange(t *testing.T) {
 	if strings.Join(types, ",") != want {
 		t.Fatalf("entries\n %s\nwant\n %s", strings.Join(types, ","), want)
 	}
-	// The entries are the events table's events, byte for byte.
-	ts.s.events.stop() // flush the events sink
-	ts.s.events = newEventSink(ts.s)
-	go ts.s.events.run()
-	evs, err := ts.s.Store().Events(context.Background(), w.ID, 0, 100)
+	// The entries are the events the command log keeps, byte for byte, in
+	// order (with a ledger, the events table is not written: the ledger
+	// holds them).
+	logged, err := ts.s.Store().LogEvents(context.Background(), w.ID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var evs [][]byte
+	for _, r := range logged {
+		if err := kernel.ScanArray(r.Events, func(ev []byte) error { evs = append(evs, ev); return nil }); len(r.Events) > 0 && err != nil {
+			t.Fatal(err)
+		}
+	}
 	if len(evs) != len(es) {
-		t.Fatalf("%d events, %d entries", len(evs), len(es))
+		t.Fatalf("%d events in the log, %d entries", len(evs), len(es))
 	}
 	for i := range evs {
-		if string(evs[i].Body) != string(es[i].Event) {
-			t.Errorf("entry %d %s differs from event %s", i, es[i].Event, evs[i].Body)
+		if string(evs[i]) != string(es[i].Event) {
+			t.Errorf("entry %d %s differs from the logged event %s", i, es[i].Event, evs[i])
 		}
+	}
+	if evs, err := ts.s.Store().Events(context.Background(), w.ID, 0, 100); err != nil || len(evs) != 0 {
+		t.Errorf("the events table holds %d events (%v) beside the ledger", len(evs), err)
 	}
 
 	for _, id := range ids {

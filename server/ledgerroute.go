@@ -5,13 +5,21 @@ import (
 	"strconv"
 
 	"github.com/leaseplane/leaseplane/server/ledger"
+	"github.com/leaseplane/leaseplane/server/store"
 )
 
 // ledgerRoute answers GET /api/v1/ledger/...: the caller's workspace's
 // ledger, under the same keys as the lease routes (any role: a ledger is
-// readable by everyone its workspace trusts to lease).
+// readable by everyone its workspace trusts to lease); and POST
+// /api/v1/ledger/exported, which records an export (a workspace or
+// operator key: it lets retention drop entry bodies).
 func (s *Server) ledgerRoute(w http.ResponseWriter, r *http.Request) {
-	key, ok := methodAndKey(w, r, http.MethodGet, writeReply)
+	name, _ := ledger.SplitRoute(r.URL.Path)
+	method := http.MethodGet
+	if name == ledger.RouteExported {
+		method = http.MethodPost
+	}
+	key, ok := methodAndKey(w, r, method, writeReply)
 	if !ok {
 		return
 	}
@@ -31,6 +39,10 @@ func (s *Server) ledgerRoute(w http.ResponseWriter, r *http.Request) {
 		refuseKey(w, rep, writeReply)
 		return
 	}
+	if method == http.MethodPost && k.Role == store.RoleAgent {
+		writeReply(w, refusal(403, ReasonForbidden, "recording an export needs a workspace or operator key; this is an agent key"))
+		return
+	}
 	if _, err := s.workspace(k.WorkspaceID); err != nil {
 		writeReply(w, unavailable(err))
 		return
@@ -40,7 +52,6 @@ func (s *Server) ledgerRoute(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, unavailable(err))
 		return
 	}
-	name, _ := ledger.SplitRoute(r.URL.Path)
 	lr := s.ledger.Route(r.Context(), k.WorkspaceID, name, r.URL.Query())
 	h := w.Header()
 	h.Set("Content-Type", lr.ContentType)

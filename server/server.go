@@ -145,6 +145,14 @@ type Config struct {
 	// PublicHost, when set, goes in front of the ledger origins of
 	// workspaces made from now on: HOST/leaseplane/<workspace>.
 	PublicHost string
+	// LedgerRetention, when above 0, is how long ledger entry bodies are
+	// kept once an export has covered them (POST /api/v1/ledger/exported);
+	// then the entries and receipt routes answer 410 gone for them. Tree
+	// hashes and checkpoints are kept forever. 0 keeps bodies forever.
+	LedgerRetention time.Duration
+	// LedgerRetainEvery is how often bodies past LedgerRetention are
+	// looked for; 0 means a minute.
+	LedgerRetainEvery time.Duration
 }
 
 // DefaultMaxBodyBytes is the request body limit when Config leaves it 0.
@@ -247,7 +255,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if !cfg.NoLedger {
-		led, err = ledger.New(ledger.Config{Store: st, DataDir: cfg.DataDir, Host: cfg.PublicHost, Logger: log})
+		led, err = ledger.New(ledger.Config{Store: st, DataDir: cfg.DataDir, Host: cfg.PublicHost, Logger: log,
+			Now: cfg.Clock, Retention: cfg.LedgerRetention, RetainEvery: cfg.LedgerRetainEvery})
 		if err != nil {
 			st.Close()
 			unlock()

@@ -154,8 +154,8 @@ func (s *Server) load(ws *workspace) error {
 			s.log.Error("replay answered differently than logged", "workspace", ws.name, "seq", r.Seq,
 				"op", r.Op, "logged", r.Status, "replayed", res.Status)
 		}
-		if len(res.Events) > 0 {
-			s.events.sink(ws.id, r.Seq, res.Events)
+		if len(res.Events) > 0 && s.ledger == nil {
+			s.events.sink(ws.id, r.Seq, res.Events) // with a ledger, it catches up from the log
 		}
 	}
 	if err := eng.SetSemantics(kernel.Semantics); err != nil {

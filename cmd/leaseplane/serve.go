@@ -71,6 +71,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines instead of text")
 	noLedger := fs.Bool("no-ledger", false, "run without the signed ledger (to measure what it costs)")
+	retention := fs.Duration("ledger-retention", 0, "drop ledger entry bodies this long after they were written, once an export covered them (e.g. 720h); hashes and checkpoints are kept; 0 keeps them forever")
 	publicHost := fs.String("public-host", "", "public host name put in front of the ledger origins of workspaces made from now on (HOST/leaseplane/W)")
 	mcpNames := fs.String("mcp-tool-names", mcp.NamesDotted, "how /mcp's tools/list spells the tools: dotted (coordination.lease.acquire) or underscore (coordination_lease_acquire, for Claude Desktop, Codex, Copilot); tools/call takes both")
 	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
@@ -88,6 +89,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "leaseplane serve: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
+		return 2
+	}
+	if *retention < 0 || (*retention > 0 && *noLedger) {
+		fmt.Fprintf(stderr, "leaseplane serve: --ledger-retention %s: want a duration of 0 or more, and a ledger (not with --no-ledger)\n", *retention)
 		return 2
 	}
 	var level slog.Level
@@ -144,14 +149,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		return 1
 	}
 	cfg := server.Config{
-		DataDir:    *data,
-		Engine:     factory,
-		Logger:     logger,
-		Clock:      env.clock,
-		AfterFunc:  env.afterFunc,
-		FirstRules: []byte(*rules),
-		NoLedger:   *noLedger,
-		PublicHost: *publicHost,
+		DataDir:         *data,
+		Engine:          factory,
+		Logger:          logger,
+		Clock:           env.clock,
+		AfterFunc:       env.afterFunc,
+		FirstRules:      []byte(*rules),
+		NoLedger:        *noLedger,
+		PublicHost:      *publicHost,
+		LedgerRetention: *retention,
 	}
 	switch *testFault {
 	case "":

@@ -351,7 +351,7 @@ func TestServeKeysAndIsolation(t *testing.T) {
 }
 
 // TestServeLapseWithoutTraffic: a lease lapses at its time with nothing
-// asked; its expire event with trust -5 is in the events table.
+// asked; its expire event with trust -5 is in the ledger.
 func TestServeLapseWithoutTraffic(t *testing.T) {
 	for _, engine := range engineNames() {
 		t.Run(engine, func(t *testing.T) {
@@ -374,13 +374,13 @@ func TestServeLapseWithoutTraffic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs, err := st.Events(context.Background(), w.ID, 0, 10)
+			es, err := st.LedgerEntries(context.Background(), w.ID, 0, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(evs) != 2 || evs[1].Type != "coordination.expire" || evs[1].AtMs != 1_800_000_030_000 ||
-				!bytes.Contains(evs[1].Body, []byte(`"trustDelta":-5`)) {
-				t.Fatalf("events after the lapse: %+v", evs)
+			if len(es) != 2 || !bytes.HasPrefix(es[1].Data, []byte(`{"type":"coordination.expire","atMs":1800000030000,`)) ||
+				!bytes.Contains(es[1].Data, []byte(`"trustDelta":-5`)) {
+				t.Fatalf("ledger entries after the lapse: %+v", es)
 			}
 			snap, _, _, err := st.Load(context.Background(), w.ID)
 			if err != nil {

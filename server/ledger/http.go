@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,9 @@ import (
 
 // RoutePrefix starts every ledger route.
 const RoutePrefix = "/api/v1/ledger/"
+
+// RouteExported is the one ledger route that is POST: it records an export.
+const RouteExported = "exported"
 
 // MaxEntries bounds count in the entries route.
 const MaxEntries = 1000
@@ -46,6 +50,11 @@ func badParam(name, msg string) Reply {
 	b = append(b, `,"error":`...)
 	b = kernel.AppendQuote(b, name+" "+msg)
 	return jsonReply(400, append(b, '}'))
+}
+
+// gone answers 410 for entries whose bodies retention dropped.
+func gone(err error) Reply {
+	return refuse(410, "gone", err.Error()+"; its tree hash is kept, so proofs and checkpoints still check")
 }
 
 func unavailable(err error) Reply {
@@ -91,8 +100,10 @@ func (l *Ledger) Route(ctx context.Context, ws int64, path string, query map[str
 		return l.consistency(ctx, w, query)
 	case "receipt":
 		return l.receipt(ctx, w, query)
+	case RouteExported:
+		return l.exported(ctx, w, query)
 	}
-	return refuse(404, "not_found", "no ledger route "+RoutePrefix+path+"; the routes are key, checkpoint, entries, proof, consistency and receipt")
+	return refuse(404, "not_found", "no ledger route "+RoutePrefix+path+"; the routes are key, checkpoint, entries, proof, consistency, receipt and exported")
 }
 
 type ledgerErr string
@@ -165,6 +176,9 @@ func (l *Ledger) entries(ctx context.Context, w *wsLedger, q map[string][]string
 		return badParam("start", "is past the ledger's end (it has "+strconv.FormatInt(size, 10)+" entries)")
 	}
 	es, err := l.st.LedgerEntries(ctx, w.id, start, int(min(count, size-start)))
+	if errors.Is(err, store.ErrGone) {
+		return gone(err)
+	}
 	if err != nil {
 		return unavailable(err)
 	}
@@ -280,6 +294,9 @@ func (l *Ledger) receipt(ctx context.Context, w *wsLedger, q map[string][]string
 		pos := w.pos
 		w.mu.Unlock()
 		e, found, err := l.st.LedgerLease(ctx, w.id, id)
+		if errors.Is(err, store.ErrGone) {
+			return gone(errors.New("the grant of lease " + id + " (" + err.Error() + ")"))
+		}
 		if err != nil {
 			return unavailable(err)
 		}
@@ -291,6 +308,8 @@ func (l *Ledger) receipt(ctx context.Context, w *wsLedger, q map[string][]string
 			}
 		} else if !w.behind.Load() && pos.Seq >= w.notified.Load() {
 			return refuse(404, "not_found", "no grant of lease "+id+" in this workspace's ledger")
+		} else {
+			l.poke() // the writer writes at once rather than gather more
 		}
 		select {
 		case <-grew:
@@ -327,6 +346,51 @@ func (l *Ledger) receiptOf(w *wsLedger, e store.LedgerEntry) (Reply, bool, error
 	}
 	r := kledger.Receipt{Index: e.Index, Proof: proof, Checkpoint: note, Entry: e.Data}
 	return text(r.Marshal()), true, nil
+}
+
+// exported records an export of the first size entries (POST exported?size=N&root=R):
+// root must be the root of the tree of that size, so the caller shows it
+// holds what it says it exported. From then on retention may drop those
+// entries' bodies once they are older than the retention period.
+func (l *Ledger) exported(ctx context.Context, w *wsLedger, q map[string][]string) Reply {
+	size, bad := param(q, "size", 0, true)
+	if bad != nil {
+		return *bad
+	}
+	vs := q["root"]
+	if len(vs) != 1 {
+		return badParam("root", "is required, once: the base64 root hash of the tree of that size")
+	}
+	root, err := kledger.ParseHash(vs[0])
+	if err != nil {
+		return badParam("root", "is not a base64 hash of 32 bytes ("+err.Error()+")")
+	}
+	if err := l.ensureLoaded(w); err != nil {
+		return unavailable(err)
+	}
+	if cur := w.size(); size > cur || size == 0 {
+		return badParam("size", "must be 1 to the ledger's size ("+strconv.FormatInt(cur, 10)+" entries)")
+	}
+	want, err := kledger.TreeHash(size, l.reader(w, nil))
+	if err != nil {
+		return unavailable(err)
+	}
+	if want != root {
+		return badParam("root", "is not the root of this ledger's tree of size "+strconv.FormatInt(size, 10))
+	}
+	if err := l.st.MarkExported(ctx, w.id, size); err != nil {
+		return unavailable(err)
+	}
+	r, err := l.st.LedgerRetentionOf(ctx, w.id)
+	if err != nil {
+		return unavailable(err)
+	}
+	b := append([]byte(`{"ok":true,"exported":`), strconv.FormatInt(r.Exported, 10)...)
+	b = append(b, `,"dropped":`...)
+	b = strconv.AppendInt(b, r.Dropped, 10)
+	b = append(b, `,"retentionMs":`...)
+	b = strconv.AppendInt(b, l.cfg.Retention.Milliseconds(), 10)
+	return jsonReply(200, append(b, '}'))
 }
 
 // SplitRoute takes the route name out of a request path; ok is false when

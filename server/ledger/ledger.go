@@ -29,6 +29,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -61,6 +62,16 @@ type Config struct {
 	// ReceiptWait bounds how long a receipt request waits for its entry
 	// and checkpoint; 0 means 2 s.
 	ReceiptWait time.Duration
+	// Now is the clock appends are stamped with (retention counts from
+	// it); nil means time.Now.
+	Now func() time.Time
+	// Retention, when above 0, is how long entry bodies are kept once
+	// they have been exported (MarkExported); 0 keeps them forever. Tree
+	// hashes and checkpoints are always kept.
+	Retention time.Duration
+	// RetainEvery is how often bodies past Retention are looked for; 0
+	// means a minute.
+	RetainEvery time.Duration
 }
 
 // Ledger is every workspace's ledger. Create it with New, Start it, Stop it.
@@ -82,7 +93,7 @@ type Ledger struct {
 type item struct {
 	ws     *wsLedger
 	seq    int64
-	events []byte
+	events []kernel.Event
 }
 
 // wsLedger is one workspace's ledger state.
@@ -96,21 +107,22 @@ type wsLedger struct {
 	notified atomic.Int64 // the last command handed to Notify
 	behind   atomic.Bool  // the writer must catch up from the log
 
-	mu     sync.Mutex
-	pos    store.LedgerPos // on disk
-	loaded bool
-	cache  map[int64][32]byte // recent stored hashes
-	grew   chan struct{}      // closed when pos or the checkpoint moves
-	cpSize int64
-	cpNote []byte
+	mu         sync.Mutex
+	pos        store.LedgerPos // on disk
+	loaded     bool
+	cache      [][32]byte // recent stored hashes, from index cacheStart on
+	cacheStart int64
+	grew       chan struct{} // closed when pos or the checkpoint moves
+	cpSize     int64
+	cpNote     []byte
 
 	signMu sync.Mutex
 }
 
-// cacheMax bounds a workspace's cache of recent stored hashes; past it the
-// cache starts again empty, and the few frontier hashes the next append
-// needs are read from disk. 4,096 hashes keep the map near 200 KB.
-const cacheMax = 1 << 12
+// cacheMax bounds a workspace's cache of recent stored hashes: past twice
+// this many, the older half goes (a frontier hash older than that is read
+// from disk). 8,192 hashes are 256 KB at most.
+const cacheMax = 1 << 13
 
 // New makes the ledger; Start begins writing.
 func New(cfg Config) (*Ledger, error) {
@@ -125,6 +137,12 @@ func New(cfg Config) (*Ledger, error) {
 	}
 	if cfg.ReceiptWait <= 0 {
 		cfg.ReceiptWait = 2 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.RetainEvery <= 0 {
+		cfg.RetainEvery = time.Minute
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -171,7 +189,7 @@ func (l *Ledger) Workspace(id int64, name string) error {
 		l.log.Info("ledger signing key made", "workspace", name, "verifier", verifier)
 	}
 	w = &wsLedger{id: id, name: name, signer: signer, verifier: verifier, origin: origin,
-		cache: map[int64][32]byte{}, grew: make(chan struct{})}
+		grew: make(chan struct{})}
 	w.behind.Store(true)
 	l.mu.Lock()
 	if l.wss[id] == nil {
@@ -214,10 +232,10 @@ func (l *Ledger) poke() {
 	}
 }
 
-// Notify hands the ledger the events of a committed command (the kernel's
-// JSON array). It never blocks: when the queue is full the writer reads
-// them back from the log later.
-func (l *Ledger) Notify(ws, seq int64, events []byte) {
+// Notify hands the ledger the events of a committed command, as the kernel
+// gave them (the same events its log row keeps). It never blocks: when the
+// queue is full the writer reads them back from the log later.
+func (l *Ledger) Notify(ws, seq int64, events []kernel.Event) {
 	w := l.get(ws)
 	if w == nil {
 		return // not opened: its first Workspace call catches up from the log
@@ -293,6 +311,10 @@ func (l *Ledger) writer() {
 				case it := <-l.queue:
 					batch = append(batch, it)
 				case <-gather.C:
+					break gather
+				case <-l.wake:
+					// Someone waits for the ledger (a receipt, a
+					// checkpoint): write now.
 					break gather
 				case <-l.stop:
 					stopping = true
@@ -376,13 +398,7 @@ func (l *Ledger) write(batch []item) {
 		w := p.w
 		w.mu.Lock()
 		w.pos = p.app.To
-		if len(w.cache) > cacheMax {
-			// A new map, not clear: a cleared map keeps its buckets.
-			w.cache = map[int64][32]byte{}
-		}
-		for i, h := range p.app.Hashes {
-			w.cache[p.app.HashStart+int64(i)] = h
-		}
+		w.remember(p.app.HashStart, p.app.Hashes)
 		close(w.grew)
 		w.grew = make(chan struct{})
 		w.mu.Unlock()
@@ -412,32 +428,38 @@ func (l *Ledger) plan(w *wsLedger, items []item) (*plan, error) {
 			return nil, err
 		}
 		w.pos, w.loaded = pos, true
-		w.cache = map[int64][32]byte{}
+		w.cache, w.cacheStart = nil, 0
 	}
 	from := w.pos
 	w.mu.Unlock()
-	p := &plan{w: w, app: store.LedgerAppend{Workspace: w.id, From: from, To: from, HashStart: kledger.StoredHashCount(from.Size)}}
-	pending := map[int64][32]byte{}
-	reader := l.reader(w, pending)
-	add := func(seq int64, events []byte) error {
-		if len(events) == 0 || string(events) == "[]" {
-			p.app.To.Seq = seq
-			return nil
+	p := &plan{w: w, app: store.LedgerAppend{Workspace: w.id, From: from, To: from,
+		HashStart: kledger.StoredHashCount(from.Size), WrittenMs: l.cfg.Now().UnixMilli()}}
+	reader := l.reader(w, &p.app)
+	entry := func(seq int64, ev []byte) error {
+		n := p.app.To.Size
+		hs, err := kledger.StoredHashes(n, ev, reader)
+		if err != nil {
+			return err
 		}
-		err := kernel.ScanArray(events, func(ev []byte) error {
-			n := p.app.To.Size
-			hs, err := kledger.StoredHashes(n, ev, reader)
-			if err != nil {
-				return err
+		for _, h := range hs {
+			p.app.Hashes = append(p.app.Hashes, h)
+		}
+		p.app.Entries = append(p.app.Entries, store.LedgerEntry{Index: n, Seq: seq, LeaseID: grantID(ev), Data: ev})
+		p.app.To.Size++
+		return nil
+	}
+	// add appends a command's events, from the kernel (events) or read
+	// back from the log (raw, the kernel's JSON array).
+	add := func(seq int64, events []kernel.Event, raw []byte) error {
+		var err error
+		for _, ev := range events {
+			if err = entry(seq, ev.JSON); err != nil {
+				break
 			}
-			for i, h := range hs {
-				pending[kledger.StoredHashCount(n)+int64(i)] = h
-				p.app.Hashes = append(p.app.Hashes, h)
-			}
-			p.app.Entries = append(p.app.Entries, store.LedgerEntry{Index: n, Seq: seq, LeaseID: grantID(ev), Data: ev})
-			p.app.To.Size++
-			return nil
-		})
+		}
+		if err == nil && len(raw) > 0 && string(raw) != "[]" {
+			err = kernel.ScanArray(raw, func(ev []byte) error { return entry(seq, ev) })
+		}
 		if err != nil {
 			return errors.New("events of command " + strconv.FormatInt(seq, 10) + ": " + err.Error())
 		}
@@ -459,7 +481,7 @@ func (l *Ledger) plan(w *wsLedger, items []item) (*plan, error) {
 				p.app.To.Seq = r.Seq // logged before the ledger existed
 				continue
 			}
-			if err := add(r.Seq, r.Events); err != nil {
+			if err := add(r.Seq, nil, r.Events); err != nil {
 				return nil, err
 			}
 		}
@@ -480,7 +502,7 @@ func (l *Ledger) plan(w *wsLedger, items []item) (*plan, error) {
 			w.behind.Store(true)
 			break
 		}
-		if err := add(it.seq, it.events); err != nil {
+		if err := add(it.seq, it.events, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -496,6 +518,23 @@ func (l *Ledger) plan(w *wsLedger, items []item) (*plan, error) {
 
 // grantID is the lease id of a grant event, "" for any other entry.
 func grantID(ev []byte) string {
+	// The kernel writes every event canonically: its type first, its
+	// members in a fixed order, no white space, and a lease id as hex
+	// digits. A string value holds a quote only as \", so `,"leaseId":"`
+	// can only be the member itself: the id is read without parsing the
+	// whole entry. Anything else is parsed.
+	const grant, member = `{"type":"coordination.lease",`, `,"leaseId":"`
+	if bytes.HasPrefix(ev, []byte(`{"type":"`)) {
+		if !bytes.HasPrefix(ev, []byte(grant)) {
+			return ""
+		}
+		if i := bytes.Index(ev, []byte(member)); i > 0 {
+			rest := ev[i+len(member):]
+			if j := bytes.IndexByte(rest, '"'); j > 0 && bytes.IndexByte(rest[:j], '\\') < 0 {
+				return string(rest[:j])
+			}
+		}
+	}
 	typ, id := kledger.EntryLease(ev)
 	if typ != "coordination.lease" {
 		return ""
@@ -503,19 +542,36 @@ func grantID(ev []byte) string {
 	return id
 }
 
-// reader reads a workspace's stored hashes: pending ones of the append
-// being planned, then the cache, then the disk.
-func (l *Ledger) reader(w *wsLedger, pending map[int64][32]byte) kledger.HashReader {
+// remember adds hashes (stored hash indexes from start on) to the cache,
+// which keeps the newest ones; w.mu is held.
+func (w *wsLedger) remember(start int64, hashes [][32]byte) {
+	if len(hashes) == 0 {
+		return
+	}
+	if start != w.cacheStart+int64(len(w.cache)) || len(hashes) > cacheMax {
+		w.cache, w.cacheStart = nil, start
+	}
+	if len(w.cache)+len(hashes) > 2*cacheMax {
+		drop := len(w.cache) + len(hashes) - cacheMax
+		w.cache = append(w.cache[:0], w.cache[drop:]...)
+		w.cacheStart += int64(drop)
+	}
+	w.cache = append(w.cache, hashes...)
+}
+
+// reader reads a workspace's stored hashes: those of the append being
+// planned (app, when not nil), then the cache, then the disk.
+func (l *Ledger) reader(w *wsLedger, app *store.LedgerAppend) kledger.HashReader {
 	return kledger.HashReaderFunc(func(indexes []int64) ([]kledger.Hash, error) {
 		out := make([]kledger.Hash, len(indexes))
 		var miss []int64
 		var missAt []int
 		w.mu.Lock()
 		for i, x := range indexes {
-			if h, ok := pending[x]; ok {
-				out[i] = h
-			} else if h, ok := w.cache[x]; ok {
-				out[i] = h
+			if app != nil && x >= app.HashStart && x < app.HashStart+int64(len(app.Hashes)) {
+				out[i] = app.Hashes[x-app.HashStart]
+			} else if x >= w.cacheStart && x < w.cacheStart+int64(len(w.cache)) {
+				out[i] = w.cache[x-w.cacheStart]
 			} else {
 				miss = append(miss, x)
 				missAt = append(missAt, i)
@@ -539,9 +595,14 @@ func (l *Ledger) signer() {
 	defer l.done.Done()
 	t := time.NewTicker(l.cfg.SignEvery)
 	defer t.Stop()
+	retain := time.NewTicker(l.cfg.RetainEvery)
+	defer retain.Stop()
 	for {
 		select {
 		case <-t.C:
+		case <-retain.C:
+			l.Retain()
+			continue
 		case <-l.stop:
 			// The writer has stopped too when done.Wait returns; sign what
 			// it wrote last.
@@ -552,6 +613,21 @@ func (l *Ledger) signer() {
 		}
 		for _, w := range l.all() {
 			l.sign(w)
+		}
+	}
+}
+
+// Retain drops, in every workspace, the entry bodies older than
+// Config.Retention that an export has covered (a no-op when Retention is
+// 0); the signer runs it every Config.RetainEvery.
+func (l *Ledger) Retain() {
+	if l.cfg.Retention <= 0 {
+		return
+	}
+	before := l.cfg.Now().Add(-l.cfg.Retention).UnixMilli()
+	for _, w := range l.all() {
+		if _, err := l.st.DropLedgerBodies(context.Background(), w.id, before); err != nil {
+			l.log.Warn("ledger retention: bodies not dropped; will try again", "workspace", w.name, "err", err)
 		}
 	}
 }

@@ -1,11 +1,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 )
 
@@ -13,36 +16,64 @@ import (
 const LedgerFileName = "ledger.db"
 
 // ledgerSchema is the ledger's: a file of its own, so that its writes never
-// add to a command's commit. Entries are append-only (triggers refuse
-// UPDATE and DELETE); each row keeps, beside the entry's bytes, the tree
-// hashes stored when it was appended (tlog's StoredHashes: one to
-// 1+log2(n), concatenated), so an append is one row per entry. A
-// workspace's position (the last logged command whose events are entries,
-// and the tree size) moves in the same transaction as the entries it
-// covers.
+// add to a command's commit. An append of a workspace's entries writes one
+// row of tree hashes and one row of entry bodies for the whole batch
+// (indexed by the batch's first entry), and one small row per grant for the
+// receipt route's look-up by lease id: a few rows per ledger transaction,
+// not one per entry. Hashes and grants are append-only (triggers refuse
+// UPDATE and DELETE); a body row may only be deleted once retention allows
+// it (below the workspace's export mark), and never updated. A workspace's
+// position (the last logged command whose events are entries, and the tree
+// size) moves in the same transaction as the entries it covers.
 const ledgerSchema = `
 CREATE TABLE IF NOT EXISTS position(
 	workspace_id INTEGER PRIMARY KEY,
 	seq INTEGER NOT NULL,
 	size INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS entries(
+CREATE TABLE IF NOT EXISTS hashes(
 	workspace_id INTEGER NOT NULL,
-	idx INTEGER NOT NULL,
-	seq INTEGER NOT NULL,
-	lease_id TEXT,
-	data BLOB NOT NULL,
+	first INTEGER NOT NULL,
+	count INTEGER NOT NULL,
 	hashes BLOB NOT NULL,
-	PRIMARY KEY(workspace_id, idx)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS entries_by_lease ON entries(workspace_id, lease_id) WHERE lease_id IS NOT NULL;
+	PRIMARY KEY(workspace_id, first));
+CREATE TABLE IF NOT EXISTS bodies(
+	workspace_id INTEGER NOT NULL,
+	first INTEGER NOT NULL,
+	count INTEGER NOT NULL,
+	written_ms INTEGER NOT NULL,
+	data BLOB NOT NULL,
+	PRIMARY KEY(workspace_id, first));
+CREATE TABLE IF NOT EXISTS grants(
+	workspace_id INTEGER NOT NULL,
+	lease INTEGER NOT NULL,
+	idx INTEGER NOT NULL,
+	PRIMARY KEY(workspace_id, lease, idx)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS retention(
+	workspace_id INTEGER PRIMARY KEY,
+	exported INTEGER NOT NULL,
+	dropped INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS checkpoints(
 	workspace_id INTEGER NOT NULL,
 	size INTEGER NOT NULL,
 	note BLOB NOT NULL,
 	PRIMARY KEY(workspace_id, size)) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
+CREATE TRIGGER IF NOT EXISTS hashes_no_update BEFORE UPDATE ON hashes
+	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS hashes_no_delete BEFORE DELETE ON hashes
+	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS grants_no_update BEFORE UPDATE ON grants
+	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS grants_no_delete BEFORE DELETE ON grants
+	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS bodies_no_update BEFORE UPDATE ON bodies
 	BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
-	BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS bodies_kept_until_exported BEFORE DELETE ON bodies
+	WHEN OLD.first + OLD.count > coalesce((SELECT exported FROM retention WHERE workspace_id = OLD.workspace_id), 0)
+	BEGIN SELECT RAISE(ABORT, 'ledger entries are dropped only once exported'); END;
+CREATE TRIGGER IF NOT EXISTS checkpoints_no_update BEFORE UPDATE ON checkpoints
+	BEGIN SELECT RAISE(ABORT, 'checkpoints are kept as signed'); END;
+CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints
+	BEGIN SELECT RAISE(ABORT, 'checkpoints are kept forever'); END;
 `
 
 // LedgerPos is how far a workspace's ledger has come: Seq is the last
@@ -62,17 +93,38 @@ type LedgerEntry struct {
 // LedgerAppend moves one workspace's ledger from From to To, adding
 // Entries (indexes From.Size...) and Hashes (the stored hashes from index
 // HashStart on, in tlog's order: each entry's, then the next one's).
+// WrittenMs is the time of the append, from which retention counts.
 type LedgerAppend struct {
 	Workspace int64
 	From, To  LedgerPos
 	Entries   []LedgerEntry
 	HashStart int64
 	Hashes    [][32]byte
+	WrittenMs int64
 }
 
 // ErrLedgerMoved is returned when a ledger is not where an append expected
 // it: nothing was written.
 var ErrLedgerMoved = errors.New("the ledger's position is not the one the append started from")
+
+// ErrGone is returned for entries whose bodies retention has dropped
+// (their hashes, and so every proof, are kept).
+var ErrGone = errors.New("the entry's body was dropped after its retention period, once exported")
+
+// GoneError says which entries are gone: those below Kept.
+type GoneError struct {
+	Index, Kept int64
+}
+
+func (e *GoneError) Error() string {
+	return fmt.Sprintf("entry %d was dropped after its retention period, once exported (entries from %d are kept)", e.Index, e.Kept)
+}
+
+// Unwrap makes errors.Is(err, ErrGone) hold.
+func (e *GoneError) Unwrap() error { return ErrGone }
+
+// maxChunk bounds the entries of one hashes or bodies row.
+const maxChunk = 4096
 
 // LedgerPos reads a workspace's ledger position (zero when it has none).
 func (s *Store) LedgerPos(ctx context.Context, ws int64) (LedgerPos, bool, error) {
@@ -101,6 +153,7 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 			return fmt.Errorf("store: ledger append: %w", err)
 		}
 	}
+	var grants []grantRow
 	for _, a := range appends {
 		var res sql.Result
 		if a.From == (LedgerPos{}) {
@@ -123,41 +176,102 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 		if a.HashStart != storedHashCount(a.From.Size) || int64(len(a.Hashes)) != storedHashCount(a.To.Size)-a.HashStart {
 			return fmt.Errorf("store: ledger of workspace %d: %d hashes from %d do not fit entries %d to %d", a.Workspace, len(a.Hashes), a.HashStart, a.From.Size, a.To.Size)
 		}
-		h := 0
-		for start := 0; start < len(a.Entries); start += rowsPerInsert {
-			chunk := a.Entries[start:min(start+rowsPerInsert, len(a.Entries))]
-			args := make([]any, 0, 6*len(chunk))
-			for i, e := range chunk {
-				if e.Index != a.From.Size+int64(start+i) {
-					return fmt.Errorf("store: ledger of workspace %d: entry %d out of place", a.Workspace, e.Index)
-				}
-				var lease any
-				if e.LeaseID != "" {
-					lease = e.LeaseID
-				}
-				n := hashesOf(e.Index)
-				blob := make([]byte, 0, 32*n)
-				for _, x := range a.Hashes[h : h+n] {
-					blob = append(blob, x[:]...)
-				}
-				h += n
-				args = append(args, a.Workspace, e.Index, e.Seq, lease, e.Data, blob)
-			}
-			q := `INSERT INTO entries(workspace_id, idx, seq, lease_id, data, hashes) VALUES ` +
-				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(chunk)), ", ")
-			st, err := s.stmt(s.ldb, &s.entryStmts, q, len(chunk))
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Stmt(st).Exec(args...); err != nil {
-				return fmt.Errorf("store: write ledger entries of workspace %d: %w", a.Workspace, err)
-			}
+		if err := insertChunks(tx, a, &grants); err != nil {
+			return err
+		}
+	}
+	// In key order: the look-up rows land in the index's pages one after
+	// the other, not at random.
+	slices.SortFunc(grants, func(a, b grantRow) int {
+		return cmp.Or(cmp.Compare(a.ws, b.ws), cmp.Compare(a.lease, b.lease), cmp.Compare(a.idx, b.idx))
+	})
+	args := make([]any, 0, 3*min(len(grants), rowsPerInsert))
+	for start := 0; start < len(grants); start += rowsPerInsert {
+		chunk := grants[start:min(start+rowsPerInsert, len(grants))]
+		q := `INSERT OR IGNORE INTO grants(workspace_id, lease, idx) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(chunk)), ", ")
+		st, err := s.stmt(s.ldb, &s.grantStmts, q, len(chunk))
+		if err != nil {
+			return err
+		}
+		args = args[:0]
+		for _, g := range chunk {
+			args = append(args, g.ws, g.lease, g.idx)
+		}
+		if _, err := tx.Stmt(st).Exec(args...); err != nil {
+			return fmt.Errorf("store: write the ledger's grants: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: commit ledger append: %w", err)
 	}
 	return nil
+}
+
+// grantRow is a row of the grants table: where a lease's grant is.
+type grantRow struct{ ws, lease, idx int64 }
+
+// insertChunks writes a's entries as rows of hashes and bodies, at most
+// maxChunk entries a row, and adds the grants' look-up rows to grants
+// when grants is not nil.
+func insertChunks(tx *sql.Tx, a LedgerAppend, grants *[]grantRow) error {
+	for start := 0; start < len(a.Entries); start += maxChunk {
+		chunk := a.Entries[start:min(start+maxChunk, len(a.Entries))]
+		first := a.From.Size + int64(start)
+		size := 0
+		for i, e := range chunk {
+			if e.Index != first+int64(i) {
+				return fmt.Errorf("store: ledger of workspace %d: entry %d out of place", a.Workspace, e.Index)
+			}
+			size += 2*binary.MaxVarintLen64 + len(e.Data)
+			if id, ok := leaseKey(e.LeaseID); ok && grants != nil {
+				*grants = append(*grants, grantRow{a.Workspace, id, e.Index})
+			}
+		}
+		body := make([]byte, 0, size)
+		for _, e := range chunk {
+			body = binary.AppendUvarint(body, uint64(e.Seq))
+			body = binary.AppendUvarint(body, uint64(len(e.Data)))
+			body = append(body, e.Data...)
+		}
+		h0 := storedHashCount(first) - a.HashStart
+		h1 := storedHashCount(first+int64(len(chunk))) - a.HashStart
+		hashes := make([]byte, 0, 32*(h1-h0))
+		for _, h := range a.Hashes[h0:h1] {
+			hashes = append(hashes, h[:]...)
+		}
+		if _, err := tx.Exec(`INSERT INTO hashes(workspace_id, first, count, hashes) VALUES(?, ?, ?, ?)`,
+			a.Workspace, first, len(chunk), hashes); err != nil {
+			return fmt.Errorf("store: write ledger hashes of workspace %d: %w", a.Workspace, err)
+		}
+		if _, err := tx.Exec(`INSERT INTO bodies(workspace_id, first, count, written_ms, data) VALUES(?, ?, ?, ?, ?)`,
+			a.Workspace, first, len(chunk), a.WrittenMs, body); err != nil {
+			return fmt.Errorf("store: write ledger entries of workspace %d: %w", a.Workspace, err)
+		}
+	}
+	return nil
+}
+
+// leaseKey is the 64 bits of a kernel lease id ("lease_" and 16 hex
+// digits) that key the grants table; ok is false for any other string.
+func leaseKey(id string) (int64, bool) {
+	hex, ok := strings.CutPrefix(id, "lease_")
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(hex); i++ {
+		c := hex[i]
+		switch {
+		case '0' <= c && c <= '9':
+			v = v<<4 | uint64(c-'0')
+		case 'a' <= c && c <= 'f':
+			v = v<<4 | uint64(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return int64(v), true
 }
 
 // storedHashCount is how many tree hashes n entries store (tlog's
@@ -168,7 +282,8 @@ func storedHashCount(n int64) int64 { return 2*n - int64(bits.OnesCount64(uint64
 // more for each subtree it completes.
 func hashesOf(n int64) int { return 1 + bits.TrailingZeros64(^uint64(n)) }
 
-// hashHome is the entry whose row keeps stored hash x, and its place there.
+// hashHome is the entry whose append stored hash x, and its place among
+// that entry's hashes.
 func hashHome(x int64) (entry int64, at int) {
 	lo, hi := int64(0), x // storedHashCount(entry) <= x < storedHashCount(entry+1)
 	for lo < hi {
@@ -189,74 +304,143 @@ func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([]
 	if len(indexes) == 0 {
 		return out, nil
 	}
-	args := make([]any, 0, len(indexes)+1)
-	args = append(args, ws)
-	for _, x := range indexes {
-		e, _ := hashHome(x)
-		args = append(args, e)
-	}
-	rows, err := s.ldb.QueryContext(ctx, `SELECT idx, hashes FROM entries WHERE workspace_id = ? AND idx IN (`+
-		strings.TrimSuffix(strings.Repeat("?, ", len(indexes)), ", ")+`)`, args...)
+	conn, err := s.ldb.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
 	}
-	defer rows.Close()
-	got := make(map[int64][]byte, len(indexes))
-	for rows.Next() {
-		var e int64
-		var h []byte
-		if err := rows.Scan(&e, &h); err != nil {
-			return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
-		}
-		got[e] = h
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
-	}
+	defer conn.Close()
+	var first, count int64 = -1, 0
+	var blob []byte
 	for i, x := range indexes {
-		e, at := hashHome(x)
-		h, ok := got[e]
-		if !ok || len(h) < 32*(at+1) {
+		e, _ := hashHome(x)
+		if e < first || e >= first+count {
+			err := conn.QueryRowContext(ctx, `SELECT first, count, hashes FROM hashes
+				WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`, ws, e).Scan(&first, &count, &blob)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
+			}
+			if err != nil || e >= first+count {
+				return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
+			}
+		}
+		at := x - storedHashCount(first)
+		if int64(len(blob)) < 32*(at+1) {
 			return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
 		}
-		out[i] = [32]byte(h[32*at : 32*at+32])
+		out[i] = [32]byte(blob[32*at : 32*at+32])
 	}
 	return out, nil
 }
 
+// decodeBodies appends the entries of a bodies row from index first on
+// (those from index from, at most max of them) to out.
+func decodeBodies(out []LedgerEntry, ws, first, from int64, max int, data []byte) ([]LedgerEntry, error) {
+	for i := first; len(data) > 0 && len(out) < max; i++ {
+		seq, n := binary.Uvarint(data)
+		if n <= 0 {
+			return out, fmt.Errorf("store: ledger entry %d of workspace %d is damaged", i, ws)
+		}
+		data = data[n:]
+		l, n := binary.Uvarint(data)
+		if n <= 0 || uint64(len(data)-n) < l {
+			return out, fmt.Errorf("store: ledger entry %d of workspace %d is damaged", i, ws)
+		}
+		b := data[n : n+int(l)]
+		data = data[n+int(l):]
+		if i >= from {
+			out = append(out, LedgerEntry{Index: i, Seq: int64(seq), Data: b})
+		}
+	}
+	return out, nil
+}
+
+// ledgerDropped is the index below which a workspace's entry bodies were
+// dropped by retention (0 when none were).
+func ledgerDropped(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, ws int64) (int64, error) {
+	var d int64
+	err := q.QueryRowContext(ctx, `SELECT dropped FROM retention WHERE workspace_id = ?`, ws).Scan(&d)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("store: read the ledger retention of workspace %d: %w", ws, err)
+	}
+	return d, nil
+}
+
 // LedgerEntries reads up to count entries of a workspace's ledger from
-// index start, in order.
+// index start, in order; a *GoneError (errors.Is ErrGone) when start is
+// below the entries retention has dropped.
 func (s *Store) LedgerEntries(ctx context.Context, ws, start int64, count int) ([]LedgerEntry, error) {
-	rows, err := s.ldb.QueryContext(ctx, `SELECT idx, seq, coalesce(lease_id, ''), data FROM entries
-		WHERE workspace_id = ? AND idx >= ? ORDER BY idx LIMIT ?`, ws, start, count)
+	conn, err := s.ldb.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
+	}
+	defer conn.Close()
+	dropped, err := ledgerDropped(ctx, conn, ws)
+	if err != nil {
+		return nil, err
+	}
+	if start < dropped {
+		return nil, &GoneError{Index: start, Kept: dropped}
+	}
+	var first int64
+	err = conn.QueryRowContext(ctx, `SELECT first FROM bodies WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`,
+		ws, start).Scan(&first)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT first, data FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ? ORDER BY first`,
+		ws, first, start+int64(count))
 	if err != nil {
 		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
 	}
 	defer rows.Close()
 	var out []LedgerEntry
-	for rows.Next() {
-		var e LedgerEntry
-		if err := rows.Scan(&e.Index, &e.Seq, &e.LeaseID, &e.Data); err != nil {
+	for rows.Next() && len(out) < count {
+		var f int64
+		var data []byte
+		if err := rows.Scan(&f, &data); err != nil {
 			return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
 		}
-		out = append(out, e)
+		if want := start + int64(len(out)); f > want {
+			return nil, fmt.Errorf("store: ledger of workspace %d has no entry %d", ws, want)
+		}
+		if out, err = decodeBodies(out, ws, f, start, count, data); err != nil {
+			return nil, err
+		}
 	}
 	return out, rows.Err()
 }
 
 // LedgerLease finds the grant entry of a lease (the latest, should an id
-// repeat); ok is false when there is none.
+// repeat); ok is false when there is none, and the error a *GoneError
+// when its body was dropped.
 func (s *Store) LedgerLease(ctx context.Context, ws int64, leaseID string) (e LedgerEntry, ok bool, err error) {
-	// INDEXED BY: without statistics the planner would walk the table
-	// backwards for ORDER BY idx DESC.
-	err = s.ldb.QueryRowContext(ctx, `SELECT idx, seq, lease_id, data FROM entries INDEXED BY entries_by_lease
-		WHERE workspace_id = ? AND lease_id = ? ORDER BY idx DESC LIMIT 1`, ws, leaseID).Scan(&e.Index, &e.Seq, &e.LeaseID, &e.Data)
+	key, valid := leaseKey(leaseID)
+	if !valid {
+		return e, false, nil
+	}
+	var idx int64
+	err = s.ldb.QueryRowContext(ctx, `SELECT idx FROM grants WHERE workspace_id = ? AND lease = ? ORDER BY idx DESC LIMIT 1`,
+		ws, key).Scan(&idx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, false, nil
 	}
 	if err != nil {
 		return e, false, fmt.Errorf("store: find the grant of lease %s in workspace %d: %w", leaseID, ws, err)
 	}
+	es, err := s.LedgerEntries(ctx, ws, idx, 1)
+	if err != nil {
+		return e, true, err
+	}
+	if len(es) != 1 {
+		return e, false, fmt.Errorf("store: the grant of lease %s in workspace %d is entry %d, which is not there", leaseID, ws, idx)
+	}
+	e = es[0]
+	e.LeaseID = leaseID
 	return e, true, nil
 }
 
@@ -328,4 +512,161 @@ func (s *Store) LastSeq(ctx context.Context, ws int64) (int64, error) {
 		return 0, fmt.Errorf("store: read the snapshot seq of workspace %d: %w", ws, err)
 	}
 	return snap.Int64, nil
+}
+
+// migrateLedger moves a ledger.db written with one row per entry (an
+// entries table, before batches) into the hashes, bodies and grants
+// tables, in one transaction, and drops the old table.
+func (s *Store) migrateLedger() error {
+	var n int
+	if err := s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'entries'`).Scan(&n); err != nil {
+		return fmt.Errorf("store: look for the ledger's old entries table: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	tx, err := s.ldb.Begin()
+	if err != nil {
+		return fmt.Errorf("store: begin moving the ledger's entries: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.Query(`SELECT workspace_id, idx, seq, coalesce(lease_id, ''), data, hashes FROM entries ORDER BY workspace_id, idx`)
+	if err != nil {
+		return fmt.Errorf("store: read the ledger's old entries: %w", err)
+	}
+	var apps []LedgerAppend
+	var cur *LedgerAppend
+	for rows.Next() {
+		var ws, idx, seq int64
+		var lease string
+		var data, hashes []byte
+		if err := rows.Scan(&ws, &idx, &seq, &lease, &data, &hashes); err != nil {
+			rows.Close()
+			return fmt.Errorf("store: read the ledger's old entries: %w", err)
+		}
+		if cur == nil || cur.Workspace != ws || len(cur.Entries) == maxChunk {
+			if cur != nil {
+				apps = append(apps, *cur)
+			}
+			cur = &LedgerAppend{Workspace: ws, From: LedgerPos{Size: idx}, HashStart: storedHashCount(idx)}
+		}
+		if idx != cur.From.Size+int64(len(cur.Entries)) || len(hashes) != 32*hashesOf(idx) {
+			rows.Close()
+			return fmt.Errorf("store: the ledger's old entry %d of workspace %d is out of place", idx, ws)
+		}
+		cur.Entries = append(cur.Entries, LedgerEntry{Index: idx, Seq: seq, LeaseID: lease, Data: data})
+		for i := 0; i < len(hashes); i += 32 {
+			cur.Hashes = append(cur.Hashes, [32]byte(hashes[i:i+32]))
+		}
+	}
+	if cur != nil {
+		apps = append(apps, *cur)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: read the ledger's old entries: %w", err)
+	}
+	for _, a := range apps {
+		if err := insertChunks(tx, a, nil); err != nil {
+			return err
+		}
+		for _, e := range a.Entries {
+			if id, ok := leaseKey(e.LeaseID); ok {
+				if _, err := tx.Exec(`INSERT OR IGNORE INTO grants(workspace_id, lease, idx) VALUES(?, ?, ?)`, a.Workspace, id, e.Index); err != nil {
+					return fmt.Errorf("store: move the ledger's grants: %w", err)
+				}
+			}
+		}
+	}
+	if _, err := tx.Exec(`DROP TRIGGER IF EXISTS entries_no_update; DROP TRIGGER IF EXISTS entries_no_delete;
+		DROP INDEX IF EXISTS entries_by_lease; DROP TABLE entries`); err != nil {
+		return fmt.Errorf("store: drop the ledger's old entries table: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit moving the ledger's entries: %w", err)
+	}
+	return nil
+}
+
+// LedgerRetention is where a workspace's retention stands: Exported is
+// the tree size its last export covered (bodies below it may be dropped),
+// Dropped the index below which bodies were dropped.
+type LedgerRetention struct {
+	Exported, Dropped int64
+}
+
+// LedgerRetentionOf reads a workspace's retention marks (zero when it has
+// none).
+func (s *Store) LedgerRetentionOf(ctx context.Context, ws int64) (LedgerRetention, error) {
+	var r LedgerRetention
+	err := s.ldb.QueryRowContext(ctx, `SELECT exported, dropped FROM retention WHERE workspace_id = ?`, ws).Scan(&r.Exported, &r.Dropped)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("store: read the ledger retention of workspace %d: %w", ws, err)
+	}
+	return r, nil
+}
+
+// MarkExported records that a workspace's entries below size were
+// exported: retention may drop their bodies. The mark only rises.
+func (s *Store) MarkExported(ctx context.Context, ws, size int64) error {
+	if _, err := s.ldb.ExecContext(ctx, `INSERT INTO retention(workspace_id, exported, dropped) VALUES(?, ?, 0)
+		ON CONFLICT(workspace_id) DO UPDATE SET exported = max(exported, excluded.exported)`, ws, size); err != nil {
+		return fmt.Errorf("store: mark the ledger of workspace %d exported up to %d: %w", ws, size, err)
+	}
+	return nil
+}
+
+// DropLedgerBodies drops the entry bodies of a workspace that were written
+// before beforeMs and are below its export mark, oldest first, stopping at
+// the first row that may not go (so that what is dropped is always a
+// prefix of the ledger); it returns the index below which bodies are now
+// gone. Tree hashes, grants and checkpoints are kept.
+func (s *Store) DropLedgerBodies(ctx context.Context, ws, beforeMs int64) (int64, error) {
+	tx, err := s.ldb.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("store: begin dropping ledger bodies of workspace %d: %w", ws, err)
+	}
+	defer tx.Rollback()
+	var r LedgerRetention
+	err = tx.QueryRowContext(ctx, `SELECT exported, dropped FROM retention WHERE workspace_id = ?`, ws).Scan(&r.Exported, &r.Dropped)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil // never exported: nothing may go
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: read the ledger retention of workspace %d: %w", ws, err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT first, count, written_ms FROM bodies WHERE workspace_id = ? AND first >= ? ORDER BY first LIMIT 1000`,
+		ws, r.Dropped)
+	if err != nil {
+		return 0, fmt.Errorf("store: read ledger bodies of workspace %d: %w", ws, err)
+	}
+	upTo := r.Dropped
+	for rows.Next() {
+		var first, count, written int64
+		if err := rows.Scan(&first, &count, &written); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("store: read ledger bodies of workspace %d: %w", ws, err)
+		}
+		if first != upTo || first+count > r.Exported || written >= beforeMs {
+			break
+		}
+		upTo = first + count
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("store: read ledger bodies of workspace %d: %w", ws, err)
+	}
+	if upTo == r.Dropped {
+		return r.Dropped, nil
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ?`, ws, r.Dropped, upTo); err != nil {
+		return 0, fmt.Errorf("store: drop ledger bodies of workspace %d: %w", ws, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE retention SET dropped = ? WHERE workspace_id = ?`, upTo, ws); err != nil {
+		return 0, fmt.Errorf("store: drop ledger bodies of workspace %d: %w", ws, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("store: commit dropping ledger bodies of workspace %d: %w", ws, err)
+	}
+	return upTo, nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -14,7 +15,7 @@ func TestLedgerAppendOnce(t *testing.T) {
 	s := open(t, t.TempDir(), Options{})
 	ctx := context.Background()
 	a := LedgerAppend{Workspace: 1, To: LedgerPos{Seq: 3, Size: 1},
-		Entries:   []LedgerEntry{{Index: 0, Seq: 2, LeaseID: "lease_1", Data: []byte(`{"type":"coordination.lease"}`)}},
+		Entries:   []LedgerEntry{{Index: 0, Seq: 2, LeaseID: "lease_00000000000000a1", Data: []byte(`{"type":"coordination.lease"}`)}},
 		HashStart: 0, Hashes: [][32]byte{{1}}}
 	if err := s.AppendLedger([]LedgerAppend{a}); err != nil {
 		t.Fatal(err)
@@ -31,14 +32,20 @@ func TestLedgerAppendOnce(t *testing.T) {
 		t.Fatalf("position %+v %v %v", pos, ok, err)
 	}
 	es, err := s.LedgerEntries(ctx, 1, 0, 10)
-	if err != nil || len(es) != 1 || es[0].LeaseID != "lease_1" {
+	if err != nil || len(es) != 1 || es[0].Seq != 2 || string(es[0].Data) != `{"type":"coordination.lease"}` {
 		t.Fatalf("entries %+v %v", es, err)
 	}
-	if e, ok, err := s.LedgerLease(ctx, 1, "lease_1"); err != nil || !ok || e.Index != 0 {
+	if e, ok, err := s.LedgerLease(ctx, 1, "lease_00000000000000a1"); err != nil || !ok || e.Index != 0 {
 		t.Fatalf("lease look-up %+v %v %v", e, ok, err)
 	}
-	if _, err := s.ldb.Exec(`DELETE FROM entries`); err == nil {
-		t.Error("ledger entries could be deleted")
+	if err := s.SaveCheckpoint(ctx, 1, 1, []byte("note")); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DELETE FROM bodies`, `DELETE FROM hashes`, `DELETE FROM grants`, `DELETE FROM checkpoints`,
+		`UPDATE bodies SET data = x'00'`, `UPDATE hashes SET hashes = x'00'`} {
+		if _, err := s.ldb.Exec(q); err == nil {
+			t.Errorf("%s: the ledger let it happen", q)
+		}
 	}
 }
 
@@ -75,5 +82,90 @@ func TestHashHome(t *testing.T) {
 			}
 			x++
 		}
+	}
+}
+
+// memHashes is a tlog.HashReader over a slice of stored hashes.
+type memHashes []tlog.Hash
+
+func (m memHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		out[i] = m[x]
+	}
+	return out, nil
+}
+
+// TestLedgerMovesOldEntries: a ledger.db with one row per entry (the
+// entries table of earlier builds) is moved into batch rows when the
+// store opens it: the same entries, hashes and grants.
+func TestLedgerMovesOldEntries(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	ctx := context.Background()
+	if _, err := s.ldb.Exec(`CREATE TABLE entries(workspace_id INTEGER NOT NULL, idx INTEGER NOT NULL, seq INTEGER NOT NULL,
+		lease_id TEXT, data BLOB NOT NULL, hashes BLOB NOT NULL, PRIMARY KEY(workspace_id, idx)) WITHOUT ROWID;
+		CREATE INDEX entries_by_lease ON entries(workspace_id, lease_id) WHERE lease_id IS NOT NULL;
+		CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'no'); END;`); err != nil {
+		t.Fatal(err)
+	}
+	var all memHashes
+	const n = 9
+	for i := range int64(n) {
+		data := []byte(`{"type":"coordination.lease","n":` + string(rune('0'+i)) + `}`)
+		hs, err := tlog.StoredHashes(i, data, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, hs...)
+		var blob []byte
+		for _, h := range hs {
+			blob = append(blob, h[:]...)
+		}
+		var lease any
+		if i%2 == 0 {
+			lease = "lease_000000000000000" + string(rune('0'+i))
+		}
+		if _, err := s.ldb.Exec(`INSERT INTO entries VALUES(1, ?, ?, ?, ?, ?)`, i, 10+i, lease, data, blob); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ldb.Exec(`INSERT INTO position VALUES(1, 20, ?)`, n); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, dir, Options{})
+	es, err := s.LedgerEntries(ctx, 1, 0, 100)
+	if err != nil || len(es) != n {
+		t.Fatalf("entries after the move: %d (%v)", len(es), err)
+	}
+	for i, e := range es {
+		if e.Index != int64(i) || e.Seq != 10+int64(i) || !strings.Contains(string(e.Data), `"n":`+string(rune('0'+i))) {
+			t.Errorf("entry %d after the move: %+v", i, e)
+		}
+	}
+	idx := make([]int64, len(all))
+	for i := range idx {
+		idx[i] = int64(i)
+	}
+	hs, err := s.LedgerHashes(ctx, 1, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range hs {
+		if hs[i] != [32]byte(all[i]) {
+			t.Errorf("stored hash %d differs after the move", i)
+		}
+	}
+	if e, ok, err := s.LedgerLease(ctx, 1, "lease_0000000000000004"); err != nil || !ok || e.Index != 4 {
+		t.Errorf("grant of lease 4 after the move: %+v %v %v", e, ok, err)
+	}
+	if _, ok, _ := s.LedgerLease(ctx, 1, "lease_0000000000000003"); ok {
+		t.Error("entry 3 was no grant, but a look-up finds it")
+	}
+	var left int
+	s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name LIKE 'entries%'`).Scan(&left)
+	if left != 0 {
+		t.Errorf("%d of the old entries table's objects are left", left)
 	}
 }

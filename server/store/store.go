@@ -153,7 +153,7 @@ type Store struct {
 
 	stmtMu               sync.Mutex
 	logStmts, eventStmts [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
-	entryStmts           [rowsPerInsert + 1]*sql.Stmt // the ledger's, likewise
+	grantStmts           [rowsPerInsert + 1]*sql.Stmt // the ledger's grants, likewise
 }
 
 // stmt returns the prepared multi-row INSERT for n rows, preparing it on
@@ -260,6 +260,9 @@ func (s *Store) init() error {
 	if _, err := s.ldb.Exec(ledgerSchema); err != nil {
 		return fmt.Errorf("store: create ledger schema: %w", err)
 	}
+	if err := s.migrateLedger(); err != nil {
+		return err
+	}
 	if _, err := s.sdb.Exec(snapshotsSchema); err != nil {
 		return fmt.Errorf("store: create snapshots schema: %w", err)
 	}
@@ -333,7 +336,7 @@ func (s *Store) Close() error {
 	stmts := []*sql.Stmt{s.delLog}
 	stmts = append(stmts, s.logStmts[:]...)
 	stmts = append(stmts, s.eventStmts[:]...)
-	stmts = append(stmts, s.entryStmts[:]...)
+	stmts = append(stmts, s.grantStmts[:]...)
 	s.stmtMu.Unlock()
 	for _, st := range stmts {
 		if st != nil {
