@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/bearer"
 	"github.com/leaseplane/leaseplane/server/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 )
@@ -156,7 +156,7 @@ func methodAndKey(w http.ResponseWriter, r *http.Request, method string, write f
 		write(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
 		return "", false
 	}
-	if key, ok = bearer(r.Header.Get("Authorization")); !ok {
+	if key, ok = bearer.Key(r.Header.Get("Authorization")); !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
 		write(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
 	}
@@ -170,20 +170,6 @@ func refuseKey(w http.ResponseWriter, rep reply, write func(http.ResponseWriter,
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
 	}
 	write(w, rep)
-}
-
-// bearer takes the key out of an Authorization header; an absent header
-// gives "" and ok (Call answers that it is missing).
-func bearer(h string) (key string, ok bool) {
-	if h == "" {
-		return "", true
-	}
-	scheme, rest, found := strings.Cut(h, " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	key = strings.TrimSpace(rest)
-	return key, key != ""
 }
 
 var (

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"time"
-
-	"github.com/leaseplane/leaseplane/kernel"
 )
 
 // drillRun is a run as GET /api/v1/drills/runs shows it.
@@ -120,28 +117,4 @@ func printDrillRun(w io.Writer, r drillRun) int {
 	}
 	fmt.Fprintf(w, "drill run %s FAILED in %d ms\n", r.ID, ms)
 	return exitRefused
-}
-
-// wrongDeadlockEngine is serve's test-only fault --test-fault
-// wrong-deadlock: the engine answers every deadlock refusal as lease_held
-// (one verdict wrong), so the deadlock drill must fail.
-type wrongDeadlockEngine struct{ kernel.Factory }
-
-type wrongDeadlock struct{ kernel.Engine }
-
-func (f wrongDeadlockEngine) New(rules []byte) (kernel.Engine, error) {
-	e, err := f.Factory.New(rules)
-	return wrongDeadlock{e}, err
-}
-
-func (f wrongDeadlockEngine) Restore(snap []byte) (kernel.Engine, error) {
-	e, err := f.Factory.Restore(snap)
-	return wrongDeadlock{e}, err
-}
-
-func (e wrongDeadlock) Apply(op kernel.Op, now int64, body []byte) (kernel.Result, error) {
-	r, err := e.Engine.Apply(op, now, body)
-	const from, to = `"reason":"deadlock"`, `"reason":"lease_held"`
-	r.Answer = bytes.Replace(r.Answer, []byte(from), []byte(to), 1)
-	return r, err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"strconv"
@@ -25,32 +26,56 @@ func failSomeCommits() error {
 	return nil
 }
 
-// grantTwiceEngine is --test-fault grant-twice: every lease_held refusal
-// is answered as a grant to the asker (its state unchanged), so that two
-// agents hold the same resource at once. The linearizability check must
-// report it.
-type grantTwiceEngine struct{ kernel.Factory }
+// faultyFactory makes engines whose answers fault rewrites: serve's
+// test-only faults of one wrong verdict.
+type faultyFactory struct {
+	kernel.Factory
+	fault func(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result
+}
 
-type grantTwice struct{ kernel.Engine }
+type faultyEngine struct {
+	kernel.Engine
+	fault func(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result
+}
 
-func (f grantTwiceEngine) New(rules []byte) (kernel.Engine, error) {
+func (f faultyFactory) New(rules []byte) (kernel.Engine, error) {
 	e, err := f.Factory.New(rules)
-	return grantTwice{e}, err
+	return faultyEngine{e, f.fault}, err
 }
 
-func (f grantTwiceEngine) Restore(snap []byte) (kernel.Engine, error) {
+func (f faultyFactory) Restore(snap []byte) (kernel.Engine, error) {
 	e, err := f.Factory.Restore(snap)
-	return grantTwice{e}, err
+	return faultyEngine{e, f.fault}, err
 }
 
-func (e grantTwice) Apply(op kernel.Op, now int64, body []byte) (kernel.Result, error) {
+func (e faultyEngine) Apply(op kernel.Op, now int64, body []byte) (kernel.Result, error) {
 	r, err := e.Engine.Apply(op, now, body)
-	if err != nil || op != kernel.OpAcquire || r.Status != 409 {
+	if err != nil {
 		return r, err
 	}
-	c, derr := kernel.DecodeRequest(op, now, body)
-	if derr != nil {
-		return r, err
+	return e.fault(op, now, body, r), nil
+}
+
+// wrongDeadlock is --test-fault wrong-deadlock: every deadlock refusal is
+// answered as lease_held (one verdict wrong), so the deadlock drill must
+// fail.
+func wrongDeadlock(_ kernel.Op, _ int64, _ []byte, r kernel.Result) kernel.Result {
+	const from, to = `"reason":"deadlock"`, `"reason":"lease_held"`
+	r.Answer = bytes.Replace(r.Answer, []byte(from), []byte(to), 1)
+	return r
+}
+
+// grantTwice is --test-fault grant-twice: every lease_held refusal is
+// answered as a grant to the asker (its state unchanged), so that two
+// agents hold the same resource at once. The linearizability check must
+// report it.
+func grantTwice(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result {
+	if op != kernel.OpAcquire || r.Status != 409 {
+		return r
+	}
+	c, err := kernel.DecodeRequest(op, now, body)
+	if err != nil {
+		return r
 	}
 	b := []byte(`{"ok":true,"lease":{"id":"lease_fault","resource":`)
 	b = strconv.AppendQuote(b, c.Resource)
@@ -62,5 +87,5 @@ func (e grantTwice) Apply(op kernel.Op, now int64, body []byte) (kernel.Result, 
 	b = strconv.AppendInt(b, now+kernel.LeaseTTLMs, 10)
 	b = append(b, "}}"...)
 	r.Status, r.Answer, r.RetryAfterSec = 200, b, 0
-	return r, nil
+	return r
 }

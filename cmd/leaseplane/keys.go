@@ -29,23 +29,8 @@ When a server runs on DIR, revoke returns once that server has stopped
 accepting the key (it reads revocations every 50 ms).`
 
 func runKeys(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, keysUsage)
-		return 2
-	}
-	switch args[0] {
-	case "create":
-		return keysCreate(args[1:], stdout, stderr)
-	case "list":
-		return keysList(args[1:], stdout, stderr)
-	case "revoke":
-		return keysRevoke(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, keysUsage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "leaseplane keys: unknown verb %q\n%s\n", args[0], keysUsage)
-	return 2
+	return runSubverb("keys", keysUsage, map[string]subverb{"create": keysCreate, "list": keysList, "revoke": keysRevoke},
+		args, stdout, stderr)
 }
 
 func keysFlags(verb string, stderr io.Writer) (*flag.FlagSet, *string) {
@@ -54,6 +39,17 @@ func keysFlags(verb string, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.Usage = func() { fmt.Fprintln(stderr, keysUsage) }
 	data := fs.String("data", "./data", "data folder of the server")
 	return fs, data
+}
+
+// openStore opens the store in data for the verb; it says on stderr why
+// it could not.
+func openStore(verb, data string, stderr io.Writer) (*store.Store, bool) {
+	st, err := store.Open(data, store.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane %s: %v\n", verb, err)
+		return nil, false
+	}
+	return st, true
 }
 
 func keysCreate(args []string, stdout, stderr io.Writer) int {
@@ -99,9 +95,8 @@ func keysCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leaseplane keys create: --workspace: %v\n", err)
 		return 2
 	}
-	st, err := store.Open(*data, store.Options{})
-	if err != nil {
-		fmt.Fprintf(stderr, "leaseplane keys create: %v\n", err)
+	st, ok := openStore("keys create", *data, stderr)
+	if !ok {
 		return 1
 	}
 	defer st.Close()
@@ -142,9 +137,8 @@ func keysList(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leaseplane keys list: unexpected argument %q\n", pos[0])
 		return 2
 	}
-	st, err := store.Open(*data, store.Options{})
-	if err != nil {
-		fmt.Fprintf(stderr, "leaseplane keys list: %v\n", err)
+	st, ok := openStore("keys list", *data, stderr)
+	if !ok {
 		return 1
 	}
 	defer st.Close()
@@ -184,9 +178,8 @@ func keysRevoke(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "leaseplane keys revoke: give exactly one key id (from keys list) or key")
 		return 2
 	}
-	st, err := store.Open(*data, store.Options{})
-	if err != nil {
-		fmt.Fprintf(stderr, "leaseplane keys revoke: %v\n", err)
+	st, ok := openStore("keys revoke", *data, stderr)
+	if !ok {
 		return 1
 	}
 	defer st.Close()

@@ -32,46 +32,12 @@ const ledgerHelp = `usage: leaseplane ledger VERB [FLAGS]
 A bundle or receipt is checked offline with: leaseplane verify --key VKEY FILE`
 
 func runLedger(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stderr, ledgerHelp)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	switch args[0] {
-	case "key":
-		return ledgerKey(args[1:], stdout, stderr)
-	case "export":
-		return ledgerExport(args[1:], stdout, stderr)
-	case "watch":
-		return ledgerWatch(args[1:], stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "leaseplane ledger: unknown verb %q\n%s\n", args[0], ledgerHelp)
-	return exitUsage
+	return runSubverb("ledger", ledgerHelp, map[string]subverb{"key": ledgerKey, "export": ledgerExport, "watch": ledgerWatch},
+		args, stdout, stderr)
 }
 
 func ledgerFlags(verb, usage string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("ledger "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane ledger "+usage)
-		printFlags(fs)
-	}
-	return fs
-}
-
-// parseNoArgs parses flags and refuses positional arguments.
-func parseNoArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		return usageStatus(err), false
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "leaseplane %s: unexpected arguments %q\n", fs.Name(), fs.Args())
-		fs.Usage()
-		return exitUsage, false
-	}
-	return 0, true
+	return newFlags("ledger "+verb, "usage: leaseplane ledger "+usage, stderr)
 }
 
 func ledgerKey(args []string, stdout, stderr io.Writer) int {
@@ -79,7 +45,7 @@ func ledgerKey(args []string, stdout, stderr io.Writer) int {
 	data := fs.String("data", "./data", "the plane's data folder")
 	ws := fs.String("workspace", "default", "the workspace")
 	host := fs.String("public-host", "", "the host name to put in front of the origin, if the key is made now")
-	if st, ok := parseNoArgs(fs, args, stderr); !ok {
+	if st, ok := parseCount(fs, args, 0); !ok {
 		return st
 	}
 	if v, err := sledger.VerifierKey(*data, *ws); err == nil {
@@ -197,7 +163,7 @@ func ledgerExport(args []string, stdout, stderr io.Writer) int {
 	fs := ledgerFlags("export", "export --url URL [--out FILE]   (the key is LEASEPLANE_KEY)", stderr)
 	u := fs.String("url", "", "the plane (default LEASEPLANE_URL, else "+defaultURL+")")
 	out := fs.String("out", "-", "where to write the bundle (- for stdout)")
-	if st, ok := parseNoArgs(fs, args, stderr); !ok {
+	if st, ok := parseCount(fs, args, 0); !ok {
 		return st
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -231,7 +197,7 @@ func ledgerWatch(args []string, stdout, stderr io.Writer) int {
 	file := fs.String("file", "", "the file of kept checkpoints, one JSON object a line (required)")
 	every := fs.Duration("every", 10*time.Second, "how often to fetch the checkpoint")
 	once := fs.Bool("once", false, "check one checkpoint and exit")
-	if st, ok := parseNoArgs(fs, args, stderr); !ok {
+	if st, ok := parseCount(fs, args, 0); !ok {
 		return st
 	}
 	if *file == "" {
@@ -358,15 +324,10 @@ func watchOnce(ctx context.Context, c *client.Client, file string) (string, erro
 }
 
 func runVerify(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("verify", `usage: leaseplane verify --key VKEY FILE
+Checks a receipt (c2sp.org/tlog-proof@v1) or a ledger bundle offline. FILE - reads stdin.
+Exit status: 0 and a one-line summary when it holds; 1 and the first thing that does not.`, stderr)
 	key := fs.String("key", "", "the verifier key (name+hash+base64), or a file holding it (required)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane verify --key VKEY FILE")
-		fmt.Fprintln(stderr, "Checks a receipt (c2sp.org/tlog-proof@v1) or a ledger bundle offline. FILE - reads stdin.")
-		fmt.Fprintln(stderr, "Exit status: 0 and a one-line summary when it holds; 1 and the first thing that does not.")
-		printFlags(fs)
-	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return usageStatus(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,27 +61,18 @@ type nopWriteCloser struct{ io.Writer }
 func (nopWriteCloser) Close() error { return nil }
 
 func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("mcp", "usage: leaseplane mcp [--url URL]\n\n"+
+		"Serves coordination.lease.acquire, coordination.lease.release and coordination.wait\n"+
+		"to an MCP client on stdin/stdout, forwarding each call to the plane at $LEASEPLANE_URL\n"+
+		"(default "+defaultPlaneURL+") with the key in $LEASEPLANE_KEY.\n", stderr)
 	url := os.Getenv("LEASEPLANE_URL")
 	if url == "" {
 		url = defaultPlaneURL
 	}
 	fs.StringVar(&url, "url", url, "base URL of the running plane (default from $LEASEPLANE_URL)")
 	toolNames := fs.String("mcp-tool-names", mcp.NamesDotted, "how tools/list spells the tools: dotted (coordination.lease.acquire) or underscore (coordination_lease_acquire, for Claude Desktop, Codex, Copilot); tools/call takes both")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane mcp [--url URL]")
-		fmt.Fprintln(stderr, "\nServes coordination.lease.acquire, coordination.lease.release and coordination.wait")
-		fmt.Fprintln(stderr, "to an MCP client on stdin/stdout, forwarding each call to the plane at $LEASEPLANE_URL")
-		fmt.Fprintf(stderr, "(default %s) with the key in $LEASEPLANE_KEY.\n\n", defaultPlaneURL)
-		printFlags(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return 2
+	if code, ok := parseCount(fs, args, 0); !ok {
+		return code
 	}
 	names, err := mcp.ParseToolNames(*toolNames)
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,19 +9,10 @@ import (
 )
 
 func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("replay", "usage: leaseplane replay [--engine native|wasm] FILE|-", stderr)
 	engine := fs.String("engine", "native", "engine to run the kernel in: native or wasm")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane replay [--engine native|wasm] FILE|-")
-		printFlags(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
+	if code, ok := parseCount(fs, args, 1); !ok {
+		return code
 	}
 	mk, ok := engines[*engine]
 	if !ok {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -21,27 +20,17 @@ func mountWeb(s *server.Server, _ mountOptions) error {
 }
 
 func runSite(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("site", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("site", "usage: leaseplane site OUTDIR\n       leaseplane site --listen ADDR", stderr)
 	listen := fs.String("listen", "", "serve the pages (no API) on this address instead of writing files, e.g. 127.0.0.1:18083")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane site OUTDIR")
-		fmt.Fprintln(stderr, "       leaseplane site --listen ADDR")
-		printFlags(fs)
-	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return usageStatus(err)
 	}
-	if *listen != "" {
-		if fs.NArg() != 0 {
-			fs.Usage()
-			return 2
-		}
+	if *listen != "" && fs.NArg() == 0 {
 		return previewSite(*listen, stdout, stderr)
 	}
-	if fs.NArg() != 1 {
+	if *listen != "" || fs.NArg() != 1 {
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 	dir := fs.Arg(0)
 	if err := web.WriteSite(dir); err != nil {

@@ -140,20 +140,6 @@ func unavailable(what string) reply {
 	return r
 }
 
-// bearer takes the key out of an Authorization header; an absent header
-// gives "" and ok (authentication answers that it is missing).
-func bearer(h string) (key string, ok bool) {
-	if h == "" {
-		return "", true
-	}
-	scheme, rest, found := strings.Cut(h, " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	key = strings.TrimSpace(rest)
-	return key, key != ""
-}
-
 // The roles of keys, as on the server.
 const (
 	roleWorkspace = "workspace"

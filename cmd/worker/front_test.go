@@ -19,25 +19,6 @@ func (f fakeKeys) Get(name string) (string, bool, error) {
 	return v, ok, nil
 }
 
-func TestBearer(t *testing.T) {
-	for _, c := range []struct {
-		header, key string
-		ok          bool
-	}{
-		{"", "", true},
-		{"Bearer lp_a_b", "lp_a_b", true},
-		{"bearer  lp_a_b ", "lp_a_b", true},
-		{"Basic Zm9v", "", false},
-		{"Bearer", "", false},
-		{"Bearer   ", "", false},
-	} {
-		key, ok := bearer(c.header)
-		if key != c.key || ok != c.ok {
-			t.Errorf("bearer(%q) = %q, %v; want %q, %v", c.header, key, ok, c.key, c.ok)
-		}
-	}
-}
-
 func TestKeyRecordRoundTrip(t *testing.T) {
 	k := keyRecord{id: "0a1b2c3d4e5f", workspace: "acme", role: roleAgent, agentDID: "did:web:a"}
 	got, err := parseKeyRecord(k.format())

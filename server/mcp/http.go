@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/leaseplane/leaseplane/server/bearer"
 )
 
 // MaxBodyBytes bounds one HTTP request body on /mcp; a larger body is
@@ -42,7 +44,7 @@ func Handler(b Backend, o Options) http.Handler {
 		if req.Extra == nil {
 			return ""
 		}
-		key, _ := bearer(req.Extra.Header)
+		key, _ := headerKey(req.Extra.Header)
 		return key
 	}, o)
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, &sdk.StreamableHTTPOptions{
@@ -59,7 +61,7 @@ func Handler(b Backend, o Options) http.Handler {
 	})
 	auth, _ := b.(Authenticator)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := bearer(r.Header)
+		key, ok := headerKey(r.Header)
 		if !ok {
 			refuse(w, http.StatusUnauthorized, []byte(`{"ok":false,"reason":"unauthorized","error":"send the workspace or agent key as Authorization: Bearer KEY"}`))
 			return
@@ -184,14 +186,9 @@ func (j *jsonErrors) finish() {
 	_, _ = j.w.Write(refusalJSON(j.status, strings.TrimSpace(j.msg.String())))
 }
 
-// bearer returns the key of an "Authorization: Bearer KEY" header; the
-// scheme is case-insensitive (RFC 9110) and the key must not be empty.
-func bearer(h http.Header) (string, bool) {
-	v := h.Get("Authorization")
-	scheme, key, ok := strings.Cut(v, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	key = strings.TrimSpace(key)
-	return key, key != ""
+// headerKey returns the key of an "Authorization: Bearer KEY" header,
+// which MCP requires: an absent header is not ok.
+func headerKey(h http.Header) (string, bool) {
+	key, ok := bearer.Key(h.Get("Authorization"))
+	return key, ok && key != ""
 }
