@@ -7,14 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseplane/leaseplane/kernel"
-	"github.com/leaseplane/leaseplane/server/bearer"
+	"github.com/leaseplane/leaseplane/server/httparg"
 	"github.com/leaseplane/leaseplane/server/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 )
@@ -112,7 +111,7 @@ func (s *Server) route(method string, op kernel.Op) http.Handler {
 			return
 		}
 		if op == kernel.OpWait && r.URL.RawQuery != "" {
-			if body, err = waitQuery(r.URL.Query()); err != nil {
+			if body, err = httparg.WaitBody(r.URL.Query()); err != nil {
 				writeReply(w, refusal(400, kernel.ReasonInvalid, err.Error()))
 				return
 			}
@@ -156,7 +155,7 @@ func methodAndKey(w http.ResponseWriter, r *http.Request, method string, write f
 		write(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
 		return "", false
 	}
-	if key, ok = bearer.Key(r.Header.Get("Authorization")); !ok {
+	if key, ok = httparg.BearerKey(r.Header.Get("Authorization")); !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
 		write(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
 	}
@@ -259,39 +258,4 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
-}
-
-// waitQuery turns wait's query parameters (?prefix=&after=&limit=) into
-// the command body the kernel reads; the kernel checks the values.
-func waitQuery(q url.Values) ([]byte, error) {
-	b := []byte{'{'}
-	for _, name := range [...]string{"prefix", "after", "limit"} {
-		vs, ok := q[name]
-		if !ok {
-			continue
-		}
-		if len(vs) != 1 {
-			return nil, errors.New("query parameter " + name + " is given more than once")
-		}
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = kernel.AppendQuote(b, name)
-		b = append(b, ':')
-		if name == "limit" {
-			n, err := strconv.Atoi(vs[0])
-			if err != nil || n < 1 || n > kernel.MaxWaitLimit {
-				return nil, errors.New("query parameter limit must be an integer from 1 to " + strconv.Itoa(kernel.MaxWaitLimit))
-			}
-			b = strconv.AppendInt(b, int64(n), 10)
-		} else {
-			b = kernel.AppendQuote(b, vs[0])
-		}
-	}
-	for name := range q {
-		if name != "prefix" && name != "after" && name != "limit" {
-			return nil, errors.New("unknown query parameter " + strconv.Quote(name) + " (wait takes prefix, after and limit)")
-		}
-	}
-	return append(b, '}'), nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -64,60 +63,6 @@ func refusalActor(keyDID, asked string) reply {
 
 func tooLarge() reply {
 	return refusal(413, "body_too_large", "the request body is larger than "+strconv.Itoa(maxBodyBytes)+" bytes")
-}
-
-// waitQuery turns wait's query parameters into its request body, as the
-// server does: prefix, after and limit, each at most once.
-func waitQuery(q url.Values) ([]byte, error) {
-	b := []byte{'{'}
-	for _, name := range [...]string{"prefix", "after", "limit"} {
-		vs, ok := q[name]
-		if !ok {
-			continue
-		}
-		if len(vs) != 1 {
-			return nil, errors.New("query parameter " + name + " is given more than once")
-		}
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, name)
-		b = append(b, ':')
-		if name == "limit" {
-			n, err := strconv.Atoi(vs[0])
-			if err != nil || n < 1 || n > kernel.MaxWaitLimit {
-				return nil, errors.New("query parameter limit must be an integer from 1 to " + strconv.Itoa(kernel.MaxWaitLimit))
-			}
-			b = strconv.AppendInt(b, int64(n), 10)
-		} else {
-			b = appendJSONString(b, vs[0])
-		}
-	}
-	for name := range q {
-		if name != "prefix" && name != "after" && name != "limit" {
-			return nil, errors.New("unknown query parameter " + strconv.Quote(name) + " (wait takes prefix, after and limit)")
-		}
-	}
-	return append(b, '}'), nil
-}
-
-// appendJSONString appends s as a JSON string the way the server writes a
-// query parameter (bytes that are not UTF-8 become U+FFFD), so that the
-// kernel sees the same body from both.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b = append(b, '\\', byte(r))
-		case r < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xf])
-		default:
-			b = append(b, string(r)...)
-		}
-	}
-	return append(b, '"')
 }
 
 // maxWaitUpToMs is the longest a lease request may be held

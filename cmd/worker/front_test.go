@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"net/url"
 	"strings"
 	"testing"
 
@@ -121,35 +120,6 @@ func TestValidWorkspaceNameAndAgent(t *testing.T) {
 	}
 	if !sameSecret("s", "s") || sameSecret("s", "") || sameSecret("", "") || sameSecret("s", "t") {
 		t.Error("sameSecret")
-	}
-}
-
-func TestWaitQuery(t *testing.T) {
-	for _, c := range []struct {
-		query, body, err string
-	}{
-		{"prefix=lock:&limit=10", `{"prefix":"lock:","limit":10}`, ""},
-		{"after=a%22b&prefix=x", `{"prefix":"x","after":"a\"b"}`, ""},
-		{"prefix=%ff", `{"prefix":"` + "\ufffd" + `"}`, ""},
-		{"limit=0", "", "limit must be an integer from 1 to 1000"},
-		{"limit=1001", "", "limit must be an integer from 1 to 1000"},
-		{"prefix=a&prefix=b", "", "prefix is given more than once"},
-		{"page=2", "", `unknown query parameter "page"`},
-	} {
-		q, err := url.ParseQuery(c.query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := waitQuery(q)
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("waitQuery(%s) = %s, %v; want error %q", c.query, body, err, c.err)
-			}
-			continue
-		}
-		if err != nil || string(body) != c.body {
-			t.Errorf("waitQuery(%s) = %s, %v; want %s", c.query, body, err, c.body)
-		}
 	}
 }
 

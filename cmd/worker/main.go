@@ -15,7 +15,7 @@ import (
 	"github.com/syumai/workers/cloudflare/kv"
 
 	"github.com/leaseplane/leaseplane/kernel"
-	"github.com/leaseplane/leaseplane/server/bearer"
+	"github.com/leaseplane/leaseplane/server/httparg"
 )
 
 // The bindings of wrangler.jsonc.
@@ -70,7 +70,7 @@ func lease(r *http.Request, op kernel.Op) reply {
 	}
 	if op == kernel.OpWait && r.URL.RawQuery != "" {
 		var err error
-		if body, err = waitQuery(r.URL.Query()); err != nil {
+		if body, err = httparg.WaitBody(r.URL.Query()); err != nil {
 			return refusal(400, kernel.ReasonInvalid, err.Error())
 		}
 	}
@@ -108,7 +108,7 @@ func ledgerRoute(r *http.Request) reply {
 // requestKey checks r's bearer key: the key's record, or the refusal to
 // answer (401, or 503 when the keys cannot be read).
 func requestKey(r *http.Request) (keyRecord, reply, bool) {
-	key, ok := bearer.Key(r.Header.Get("Authorization"))
+	key, ok := httparg.BearerKey(r.Header.Get("Authorization"))
 	if !ok {
 		return keyRecord{}, refusal(401, "unauthorized", "the Authorization header must be Bearer KEY"), false
 	}
@@ -203,7 +203,7 @@ func admin(r *http.Request) reply {
 	if secret == "" {
 		return refusal(404, "not_found", "the admin routes are off: set the "+secretAdmin+" secret")
 	}
-	key, ok := bearer.Key(r.Header.Get("Authorization"))
+	key, ok := httparg.BearerKey(r.Header.Get("Authorization"))
 	if !ok || !sameSecret(key, secret) {
 		return refusal(401, "unauthorized", "the admin routes need Authorization: Bearer "+secretAdmin)
 	}
