@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 )
 
@@ -78,21 +79,12 @@ func (s *Store) OpenCases(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) cases(ctx context.Context, where string, args ...any) ([]Case, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, workspace_id, detector, key, status, entry_a, entry_b, finding, first_seen_ms, last_seen_ms
-		FROM detection_cases `+where+` ORDER BY id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: list cases: %w", err)
-	}
-	defer rows.Close()
-	var out []Case
-	for rows.Next() {
+	return queryAll(ctx, s.db, "list cases", func(rows *sql.Rows) (Case, error) {
 		var c Case
 		var f string
-		if err := rows.Scan(&c.ID, &c.Workspace, &c.Detector, &c.Key, &c.Status, &c.EntryA, &c.EntryB, &f, &c.FirstSeenMs, &c.LastSeenMs); err != nil {
-			return nil, fmt.Errorf("store: list cases: %w", err)
-		}
+		err := rows.Scan(&c.ID, &c.Workspace, &c.Detector, &c.Key, &c.Status, &c.EntryA, &c.EntryB, &f, &c.FirstSeenMs, &c.LastSeenMs)
 		c.Finding = []byte(f)
-		out = append(out, c)
-	}
-	return out, rows.Err()
+		return c, err
+	}, `SELECT id, workspace_id, detector, key, status, entry_a, entry_b, finding, first_seen_ms, last_seen_ms
+		FROM detection_cases `+where+` ORDER BY id`, args...)
 }

@@ -85,20 +85,10 @@ func (s *Store) DeleteDrillWorkspace(id int64) error {
 // LogSince reads a workspace's logged commands with seq above after, in
 // order.
 func (s *Store) LogSince(ctx context.Context, ws, after int64) ([]Record, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, now_ms, op, body, status FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, after)
-	if err != nil {
-		return nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
-	}
-	defer rows.Close()
-	var recs []Record
-	for rows.Next() {
+	return queryAll(ctx, s.db, fmt.Sprintf("read log of workspace %d", ws), func(rows *sql.Rows) (Record, error) {
 		r := Record{Workspace: ws}
-		if err := rows.Scan(&r.Seq, &r.NowMs, &r.Op, &r.Body, &r.Status); err != nil {
-			return nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs, rows.Err()
+		return r, rows.Scan(&r.Seq, &r.NowMs, &r.Op, &r.Body, &r.Status)
+	}, `SELECT seq, now_ms, op, body, status FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, after)
 }
 
 // DrillRun is one run of the drills as stored.
@@ -148,47 +138,29 @@ func (s *Store) SaveDrillRun(id int64, drills []byte, finishedMs int64, passed b
 // DrillRuns lists the runs workspace ws asked for, newest first, at most
 // limit.
 func (s *Store) DrillRuns(ctx context.Context, ws int64, limit int) ([]DrillRun, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, workspace_id, trigger, requested_ms, started_ms, finished_ms, passed, drills
-		FROM drill_runs WHERE workspace_id = ? ORDER BY id DESC LIMIT ?`, ws, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: list drill runs: %w", err)
-	}
-	defer rows.Close()
-	var out []DrillRun
-	for rows.Next() {
+	return queryAll(ctx, s.db, "list drill runs", func(rows *sql.Rows) (DrillRun, error) {
 		var r DrillRun
 		var started, finished sql.NullInt64
 		var passed sql.NullBool
 		var drills string
-		if err := rows.Scan(&r.ID, &r.Workspace, &r.Trigger, &r.RequestedMs, &started, &finished, &passed, &drills); err != nil {
-			return nil, fmt.Errorf("store: list drill runs: %w", err)
-		}
+		err := rows.Scan(&r.ID, &r.Workspace, &r.Trigger, &r.RequestedMs, &started, &finished, &passed, &drills)
 		r.StartedMs, r.FinishedMs, r.Passed, r.Drills = started.Int64, finished.Int64, passed.Bool, []byte(drills)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, err
+	}, `SELECT id, workspace_id, trigger, requested_ms, started_ms, finished_ms, passed, drills
+		FROM drill_runs WHERE workspace_id = ? ORDER BY id DESC LIMIT ?`, ws, limit)
 }
 
 // UnfinishedDrillRuns lists the runs that were queued or running when the
 // server stopped, oldest first.
 func (s *Store) UnfinishedDrillRuns() ([]DrillRun, error) {
-	rows, err := s.db.Query(`SELECT id, workspace_id, trigger, requested_ms, COALESCE(started_ms, 0), drills
-		FROM drill_runs WHERE finished_ms IS NULL ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("store: list unfinished drill runs: %w", err)
-	}
-	defer rows.Close()
-	var out []DrillRun
-	for rows.Next() {
+	return queryAll(context.Background(), s.db, "list unfinished drill runs", func(rows *sql.Rows) (DrillRun, error) {
 		var r DrillRun
 		var drills string
-		if err := rows.Scan(&r.ID, &r.Workspace, &r.Trigger, &r.RequestedMs, &r.StartedMs, &drills); err != nil {
-			return nil, fmt.Errorf("store: list unfinished drill runs: %w", err)
-		}
+		err := rows.Scan(&r.ID, &r.Workspace, &r.Trigger, &r.RequestedMs, &r.StartedMs, &drills)
 		r.Drills = []byte(drills)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, err
+	}, `SELECT id, workspace_id, trigger, requested_ms, COALESCE(started_ms, 0), drills
+		FROM drill_runs WHERE finished_ms IS NULL ORDER BY id`)
 }
 
 // SetDrillCadence sets how often workspace ws's drills repeat; 0 stops

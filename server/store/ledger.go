@@ -477,23 +477,13 @@ type LoggedEvents struct {
 // LogEvents reads the events of a workspace's logged commands after seq
 // afterSeq, in order, at most limit commands.
 func (s *Store) LogEvents(ctx context.Context, ws, afterSeq int64, limit int) ([]LoggedEvents, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, events FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-		ws, afterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: read the logged events of workspace %d: %w", ws, err)
-	}
-	defer rows.Close()
-	var out []LoggedEvents
-	for rows.Next() {
+	return queryAll(ctx, s.db, fmt.Sprintf("read the logged events of workspace %d", ws), func(rows *sql.Rows) (LoggedEvents, error) {
 		var e LoggedEvents
 		var ev []byte
-		if err := rows.Scan(&e.Seq, &ev); err != nil {
-			return nil, fmt.Errorf("store: read the logged events of workspace %d: %w", ws, err)
-		}
+		err := rows.Scan(&e.Seq, &ev)
 		e.Events, e.Known = ev, ev != nil
-		out = append(out, e)
-	}
-	return out, rows.Err()
+		return e, err
+	}, `SELECT seq, events FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq LIMIT ?`, ws, afterSeq, limit)
 }
 
 // LastSeq is the last logged command of a workspace (0 when none is logged,

@@ -199,52 +199,39 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: create data directory: %w", err)
 	}
-	path := filepath.Join(dir, FileName)
-	dsn := "file:" + path +
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)" +
-		"&_pragma=foreign_keys(on)&_txlock=immediate" + cachePragma
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	// The files and their settings: the log and the keys (foreign keys
+	// on), events (a best-effort record, synchronous NORMAL), the ledger
+	// and the snapshots, each with its own pool.
+	files := [...]struct {
+		name, pragmas string
+		conns         int
+	}{
+		{FileName, "&_pragma=synchronous(FULL)&_pragma=foreign_keys(on)", 4},
+		{EventsFileName, "&_pragma=synchronous(NORMAL)", 2},
+		{LedgerFileName, "&_pragma=synchronous(FULL)", 4},
+		{SnapshotsFileName, "&_pragma=synchronous(FULL)", 2},
 	}
-	db.SetMaxOpenConns(4)
-	db.SetMaxIdleConns(4)
-	epath := filepath.Join(dir, EventsFileName)
-	edb, err := sql.Open("sqlite", "file:"+epath+
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate"+cachePragma)
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", epath, err)
+	var dbs []*sql.DB
+	closeAll := func() {
+		for _, d := range dbs {
+			d.Close()
+		}
 	}
-	edb.SetMaxOpenConns(2)
-	lpath := filepath.Join(dir, LedgerFileName)
-	ldb, err := sql.Open("sqlite", "file:"+lpath+
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate"+cachePragma)
-	if err != nil {
-		db.Close()
-		edb.Close()
-		return nil, fmt.Errorf("store: open %s: %w", lpath, err)
-	}
-	ldb.SetMaxOpenConns(4)
-	spath := filepath.Join(dir, SnapshotsFileName)
-	sdb, err := sql.Open("sqlite", "file:"+spath+
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate"+cachePragma)
-	if err != nil {
-		db.Close()
-		edb.Close()
-		ldb.Close()
-		return nil, fmt.Errorf("store: open %s: %w", spath, err)
-	}
-	sdb.SetMaxOpenConns(2)
-	for _, d := range []*sql.DB{db, edb, ldb, sdb} {
+	for _, f := range files {
+		path := filepath.Join(dir, f.name)
+		d, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"+f.pragmas+"&_txlock=immediate"+cachePragma)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("store: open %s: %w", path, err)
+		}
+		d.SetMaxOpenConns(f.conns)
 		d.SetConnMaxIdleTime(idleConnLife)
+		dbs = append(dbs, d)
 	}
-	s := &Store{db: db, edb: edb, ldb: ldb, sdb: sdb, path: path, opts: opts}
+	dbs[0].SetMaxIdleConns(4)
+	s := &Store{db: dbs[0], edb: dbs[1], ldb: dbs[2], sdb: dbs[3], path: filepath.Join(dir, FileName), opts: opts}
 	if err := s.init(); err != nil {
-		db.Close()
-		edb.Close()
-		ldb.Close()
-		sdb.Close()
+		closeAll()
 		return nil, err
 	}
 	return s, nil
@@ -417,24 +404,37 @@ func (s *Store) workspace(q string, arg any) (Workspace, error) {
 	return w, nil
 }
 
-// Workspaces lists every workspace by id.
-func (s *Store) Workspaces() ([]Workspace, error) {
-	rows, err := s.db.Query(`SELECT id, name, rules, created_ms FROM workspaces ORDER BY id`)
+// queryAll runs query on db and reads each row with scan; an error says
+// store, then what failed.
+func queryAll[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: list workspaces: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []Workspace
+	var out []T
 	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: %s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: %s: %w", what, err)
+	}
+	return out, nil
+}
+
+// Workspaces lists every workspace by id.
+func (s *Store) Workspaces() ([]Workspace, error) {
+	return queryAll(context.Background(), s.db, "list workspaces", func(rows *sql.Rows) (Workspace, error) {
 		var w Workspace
 		var rules string
-		if err := rows.Scan(&w.ID, &w.Name, &rules, &w.CreatedMs); err != nil {
-			return nil, fmt.Errorf("store: list workspaces: %w", err)
-		}
+		err := rows.Scan(&w.ID, &w.Name, &rules, &w.CreatedMs)
 		w.Rules = []byte(rules)
-		out = append(out, w)
-	}
-	return out, rows.Err()
+		return w, err
+	}, `SELECT id, name, rules, created_ms FROM workspaces ORDER BY id`)
 }
 
 // Role is what a key may do.
@@ -536,20 +536,8 @@ func (s *Store) Keys(workspace string) ([]Key, error) {
 		q += ` WHERE w.name = ?`
 		args = append(args, workspace)
 	}
-	rows, err := s.db.Query(q+` ORDER BY k.created_ms, k.id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: list keys: %w", err)
-	}
-	defer rows.Close()
-	var out []Key
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: list keys: %w", err)
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return queryAll(context.Background(), s.db, "list keys", func(rows *sql.Rows) (Key, error) { return scanKey(rows) },
+		q+` ORDER BY k.created_ms, k.id`, args...)
 }
 
 // RevokeKey revokes the key with this id (or this whole key). Revoking a
