@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -25,7 +26,9 @@ import (
 const ledgerHelp = `usage: leaseplane ledger VERB [FLAGS]
 
   key    --data DIR --workspace W     print the workspace's verifier key (made with the workspace)
-  export --url URL [--out FILE]       write the workspace's ledger as a bundle (key: LEASEPLANE_KEY)
+  export --url URL [--out FILE]       write the workspace's ledger as a bundle (key: LEASEPLANE_KEY); once
+         [--no-mark]                  written, tell the plane (serve --ledger-retention may then drop the
+                                      entries' bodies after its period; their hashes stay)
   watch  --url URL --file FILE        append each new checkpoint to FILE after checking that it is
          [--every 10s] [--once]       signed by the workspace's key and consistent with the last one
 
@@ -160,28 +163,64 @@ func fetchBundle(ctx context.Context, c *client.Client) (bundle []byte, vkey str
 }
 
 func ledgerExport(args []string, stdout, stderr io.Writer) int {
-	fs := ledgerFlags("export", "export --url URL [--out FILE]   (the key is LEASEPLANE_KEY)", stderr)
+	fs := ledgerFlags("export", "export --url URL [--out FILE] [--no-mark]   (the key is LEASEPLANE_KEY)", stderr)
 	u := fs.String("url", "", "the plane (default LEASEPLANE_URL, else "+defaultURL+")")
 	out := fs.String("out", "-", "where to write the bundle (- for stdout)")
+	noMark := fs.Bool("no-mark", false, "do not tell the plane the entries were exported (then its --ledger-retention never drops them on this export's account)")
 	if st, ok := parseCount(fs, args, 0); !ok {
 		return st
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	bundle, vkey, err := fetchBundle(ctx, ledgerClient(*u))
+	c := ledgerClient(*u)
+	bundle, vkey, err := fetchBundle(ctx, c)
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane ledger export: %v\n", err)
 		return exitRefused
 	}
 	if *out == "-" {
-		stdout.Write(bundle)
-	} else if err := os.WriteFile(*out, bundle, 0o644); err != nil {
+		if _, err := stdout.Write(bundle); err != nil {
+			fmt.Fprintf(stderr, "leaseplane ledger export: %v\n", err)
+			return exitRefused
+		}
+	} else if err := writeSynced(*out, bundle); err != nil {
 		fmt.Fprintf(stderr, "leaseplane ledger export: %v\n", err)
 		return exitRefused
 	}
 	v, _ := kledger.Verify(bundle, vkey)
 	fmt.Fprintf(stderr, "leaseplane ledger export: %s; verifier key %s\n", v.Summary(), vkey)
+	if !*noMark {
+		// Only once the bundle is written: the plane's retention may then
+		// drop these entries' bodies.
+		st, b, err := c.LedgerExported(ctx, v.Checkpoint.Size, v.Checkpoint.Root.String())
+		switch {
+		case err != nil:
+			fmt.Fprintf(stderr, "leaseplane ledger export: the export was not recorded by the plane: %v\n", err)
+		case st != 200:
+			fmt.Fprintf(stderr, "leaseplane ledger export: the export was not recorded by the plane: %d %s\n", st, bytes.TrimSpace(b))
+		default:
+			fmt.Fprintf(stderr, "leaseplane ledger export: recorded by the plane as exported: %s\n", bytes.TrimSpace(b))
+		}
+	}
 	return exitOK
+}
+
+// writeSynced writes b to the file name and syncs it to disk before it
+// returns.
+func writeSynced(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // watchRecord is one line of a watch file: the verifier key (first line)

@@ -81,7 +81,7 @@ func TestLedgerCLI(t *testing.T) {
 		t.Fatalf("watch again: %d %s %s", code, out, errs)
 	}
 	bundle := filepath.Join(dir, "bundle.json")
-	if code, out, errs = runBin(t, env, "ledger", "export", "--out", bundle); code != 0 {
+	if code, out, errs = runBin(t, env, "ledger", "export", "--out", bundle); code != 0 || !strings.Contains(errs, `recorded by the plane as exported: {"ok":true,"exported":`) {
 		t.Fatalf("export: %d %s %s", code, out, errs)
 	}
 	code, out, errs = runBin(t, nil, "verify", "--key", vkey, bundle)
@@ -319,4 +319,18 @@ func TestLedgerKill9(t *testing.T) {
 	}
 	t.Logf("%d grants, %d releases answered before the kill; %d entries after the restart; %d receipts still check",
 		len(granted), len(released), len(entries), len(receipts))
+}
+
+// TestServeLedgerRetentionFlag: a negative retention, or one without a
+// ledger, is a usage error naming the flag.
+func TestServeLedgerRetentionFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--ledger-retention", "-1h"},
+		{"serve", "--ledger-retention", "720h", "--no-ledger"},
+	} {
+		var out, e strings.Builder
+		if code := run(args, nil, &out, &e); code != 2 || !strings.Contains(e.String(), "--ledger-retention") {
+			t.Errorf("%v: exit %d %s", args, code, e.String())
+		}
+	}
 }

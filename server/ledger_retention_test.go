@@ -1,0 +1,189 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/servertest"
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// newRetentionServer is a test server whose ledger drops exported entry
+// bodies an hour after they were written.
+func newRetentionServer(t *testing.T) *testServer {
+	t.Helper()
+	ts := &testServer{t: t, clock: servertest.NewClock(), dir: t.TempDir()}
+	s, err := New(Config{DataDir: ts.dir, Engine: kernel.Native, Clock: ts.clock.Now, AfterFunc: ts.clock.AfterFunc,
+		LedgerRetention: time.Hour, LedgerRetainEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.s = s
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	if ts.key, _, err = s.Bootstrap("default"); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// checkpointOf is the ledger's current signed checkpoint, opened.
+func (ts *testServer) checkpointOf(vkey string) kledger.Checkpoint {
+	ts.t.Helper()
+	st, b := ts.ledgerGet(ts.key, "checkpoint")
+	if st != 200 {
+		ts.t.Fatalf("checkpoint: %d %s", st, b)
+	}
+	cp, err := kledger.Open(b, vkey)
+	if err != nil {
+		ts.t.Fatalf("checkpoint does not open: %v\n%s", err, b)
+	}
+	return cp
+}
+
+// TestLedgerRetention: with a retention period, the bodies of entries an
+// export covered are dropped once they are older than it; their receipts
+// and entries answer 410 gone, while newer entries (and exported ones
+// still within the period, and old ones no export covered) keep their
+// receipts; every hash is kept, so consistency proofs between checkpoints
+// from before and after still check, and checkpoints still sign.
+func TestLedgerRetention(t *testing.T) {
+	ts := newRetentionServer(t)
+	w, err := ts.s.Store().WorkspaceByName("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentKey, _, err := ts.s.Store().CreateKey(w, store.RoleAgent, "did:example:one", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, vk := ts.ledgerGet(ts.key, "key")
+	vkey := strings.TrimSpace(string(vk))
+	grant := func(res, actor string) string {
+		t.Helper()
+		st, b := ts.lease(res, actor)
+		if st != 200 {
+			t.Fatalf("lease %s: %d %s", res, st, b)
+		}
+		return ts.leaseID(b)
+	}
+	old := grant("lock:old", "did:example:one")
+	if st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:old","actorDid":"did:example:one"}`); st != 200 {
+		t.Fatalf("release: %d %s", st, b)
+	}
+	ts.ledgerWait()
+	first := ts.checkpointOf(vkey) // covers the grant and the release: size 2
+
+	// Recording an export: a workspace or operator key, a size the ledger
+	// has and the root of that tree.
+	mark := func(key string, size int64, root string) (int, []byte) {
+		st, _, b := ts.do("POST", "/api/v1/ledger/exported?size="+strconv.FormatInt(size, 10)+"&root="+url.QueryEscape(root), key, "")
+		return st, b
+	}
+	for _, tc := range []struct {
+		name   string
+		key    string
+		size   int64
+		root   string
+		status int
+		want   string
+	}{
+		{"agent key", agentKey, first.Size, first.Root.String(), 403, `"reason":"forbidden"`},
+		{"wrong root", ts.key, first.Size, kledger.Hash{}.String(), 400, `"parameter":"root"`},
+		{"past the end", ts.key, first.Size + 5, first.Root.String(), 400, `"parameter":"size"`},
+		{"bad root", ts.key, first.Size, "nope", 400, `"parameter":"root"`},
+		{"the export", ts.key, first.Size, first.Root.String(), 200, `"exported":2`},
+	} {
+		if st, b := mark(tc.key, tc.size, tc.root); st != tc.status || !strings.Contains(string(b), tc.want) {
+			t.Errorf("%s: %d %s, want %d with %s", tc.name, st, b, tc.status, tc.want)
+		}
+	}
+	if st, _, b := ts.do("GET", "/api/v1/ledger/exported?size=2&root="+url.QueryEscape(first.Root.String()), ts.key, ""); st != 405 {
+		t.Errorf("GET exported: %d %s, want 405", st, b)
+	}
+
+	// Within the period nothing goes, exported or not.
+	ts.clock.Advance(30 * time.Minute)
+	ts.s.Ledger().Retain()
+	if st, b := ts.ledgerGet(ts.key, "receipt?leaseId="+old); st != 200 {
+		t.Fatalf("receipt within the retention period: %d %s", st, b)
+	}
+
+	// Two hours on: the exported entries are past the period; a new grant
+	// is not.
+	ts.clock.Advance(2 * time.Hour)
+	fresh := grant("lock:fresh", "did:example:two")
+	ts.ledgerWait()
+	ts.s.Ledger().Retain()
+	st, b := ts.ledgerGet(ts.key, "receipt?leaseId="+old)
+	var refusal struct {
+		OK     bool
+		Reason string
+		Error  string
+	}
+	if err := json.Unmarshal(b, &refusal); st != 410 || err != nil || refusal.OK || refusal.Reason != "gone" || refusal.Error == "" {
+		t.Fatalf("receipt of a dropped grant: %d %s, want 410 gone", st, b)
+	}
+	for _, start := range []string{"0", "1"} {
+		if st, b := ts.ledgerGet(ts.key, "entries?start="+start); st != 410 || !strings.Contains(string(b), `"reason":"gone"`) {
+			t.Errorf("entries from %s after retention: %d %s, want 410 gone", start, st, b)
+		}
+	}
+	st, b = ts.ledgerGet(ts.key, "entries?start=2")
+	if st != 200 || !strings.Contains(string(b), `"leaseId":"`+fresh+`"`) {
+		t.Errorf("entries from 2 after retention: %d %s", st, b)
+	}
+	st, b = ts.ledgerGet(ts.key, "receipt?leaseId="+fresh)
+	if st != 200 {
+		t.Fatalf("receipt of a kept grant: %d %s", st, b)
+	}
+	checkReceipt(t, b, vkey)
+
+	// Hashes stay: inclusion of a dropped entry still proves, checkpoints
+	// sign and are consistent with those from before the drop.
+	if st, b := ts.ledgerGet(ts.key, "proof?index=0"); st != 200 {
+		t.Errorf("inclusion proof of a dropped entry: %d %s", st, b)
+	}
+	grant("lock:later", "did:example:three")
+	ts.ledgerWait()
+	last := ts.checkpointOf(vkey)
+	if last.Size != 4 {
+		t.Fatalf("checkpoint after retention has size %d, want 4", last.Size)
+	}
+	st, b = ts.ledgerGet(ts.key, "consistency?from="+strconv.FormatInt(first.Size, 10)+"&to="+strconv.FormatInt(last.Size, 10))
+	if st != 200 {
+		t.Fatalf("consistency: %d %s", st, b)
+	}
+	var cons struct{ Hashes []string }
+	if err := json.Unmarshal(b, &cons); err != nil {
+		t.Fatal(err)
+	}
+	var proof []kledger.Hash
+	for _, h := range cons.Hashes {
+		x, err := kledger.ParseHash(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proof = append(proof, x)
+	}
+	if err := kledger.CheckConsistency(proof, last.Size, last.Root, first.Size, first.Root); err != nil {
+		t.Errorf("consistency from the checkpoint before the drop to the one after: %v", err)
+	}
+
+	// Old but never exported: kept. The fresh grant is past the period now,
+	// yet no export covered it.
+	ts.clock.Advance(3 * time.Hour)
+	ts.s.Ledger().Retain()
+	if st, b := ts.ledgerGet(ts.key, "receipt?leaseId="+fresh); st != 200 {
+		t.Errorf("receipt of an old entry no export covered: %d %s", st, b)
+	}
+	if r, err := ts.s.Store().LedgerRetentionOf(context.Background(), w.ID); err != nil || r != (store.LedgerRetention{Exported: 2, Dropped: 2}) {
+		t.Errorf("retention marks %+v (%v), want exported 2, dropped 2", r, err)
+	}
+}
