@@ -177,6 +177,9 @@ func (s *Server) load(ws *workspace) error {
 	for _, r := range recs {
 		ws.logBytes += len(r.Body) + logRowOverhead
 	}
+	if err := s.raiseFences(ws); err != nil {
+		return err // ws.loaded stays behind ws.gen: the next command loads again
+	}
 	ws.last = nil
 	ws.loaded = gen
 	ws.alarmAt = 0

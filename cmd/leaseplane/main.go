@@ -29,6 +29,8 @@ type command struct {
 var commands = []command{
 	{"serve", "run the lease plane: serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]", runServe},
 	{"keys", "manage API keys: keys create|list|revoke --data DIR ...", runKeys},
+	{"backup", "copy a data folder while serve runs on it: backup [--data DIR] OUT", runBackup},
+	{"restore", "put a backup into an empty data folder, fences raised: restore [--data DIR] BACKUP", runRestore},
 	{"lease", "acquire or renew a lease: lease RESOURCE --as DID [--mode read|write|delete]", runLease},
 	{"release", "release a lease: release RESOURCE --as DID [--lease ID]", runRelease},
 	{"wait", "print the queues and recent deadlocks of the workspace", runWait},

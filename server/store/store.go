@@ -286,6 +286,9 @@ func (s *Store) init() error {
 	if err := s.initDetection(); err != nil {
 		return err
 	}
+	if _, err := s.db.Exec(fenceSchema); err != nil {
+		return fmt.Errorf("store: create the fence raise schema: %w", err)
+	}
 	var v string
 	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
 	switch {
@@ -307,7 +310,9 @@ func (s *Store) init() error {
 		st, err = s.db.Prepare(q)
 		return st
 	}
-	s.delLog = prep(`DELETE FROM log WHERE workspace_id = ? AND seq <= ?`)
+	// Not while a backup holds trimming (HoldLogTrim): checked in the
+	// DELETE itself, so a hold committed before it always wins.
+	s.delLog = prep(`DELETE FROM log WHERE workspace_id = ? AND seq <= ? AND NOT ` + trimHeldSQL)
 	if err != nil {
 		return fmt.Errorf("store: prepare statements: %w", err)
 	}
