@@ -228,3 +228,16 @@ func (s *Store) CheckpointAt(ctx context.Context, ws, size int64) (note []byte, 
 	}
 	return note, true, nil
 }
+
+// RaisedFence reads how a workspace's fence counter was raised after a
+// restore: from and to; ok is false when it was not.
+func (s *Store) RaisedFence(ctx context.Context, ws int64) (from, to int64, ok bool, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT from_fence, to_fence FROM fence_raised WHERE workspace_id = ?`, ws).Scan(&from, &to)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("store: read the fence raise of workspace %d: %w", ws, err)
+	}
+	return from, to, true, nil
+}
