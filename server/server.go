@@ -114,6 +114,9 @@ type Config struct {
 	// SnapshotEvery is how many logged commands of a workspace go between
 	// snapshots; 0 means 1000.
 	SnapshotEvery int
+	// LogKeep is how many logged commands behind a workspace's newest
+	// snapshot are kept; 0 means store.LogKeep (tests set fewer).
+	LogKeep int64
 	// KeyCacheTTL is how long a looked-up key is trusted before it is read
 	// again; 0 means 2 s. A revocation does not wait for it: RevokeKey
 	// takes effect at once, one by another process (leaseplane keys revoke)
@@ -243,7 +246,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	var led *ledger.Ledger
-	opts := store.Options{BeforeCommit: cfg.CommitFault, LedgerFault: cfg.LedgerFault, BeforeSnapshot: cfg.SnapshotFault}
+	opts := store.Options{BeforeCommit: cfg.CommitFault, LedgerFault: cfg.LedgerFault, BeforeSnapshot: cfg.SnapshotFault,
+		LogKeep: cfg.LogKeep}
 	if !cfg.NoLedger {
 		// The log is kept behind the ledger's position, so that the
 		// ledger can always catch up from it.

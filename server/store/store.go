@@ -130,6 +130,9 @@ type Options struct {
 	// are written; a non-nil error fails that Commit as a disk write failure
 	// would. It is a seam for tests of the failure path.
 	BeforeCommit func() error
+	// LogKeep, when above 0, replaces the constant LogKeep: how many log
+	// records behind a workspace's newest snapshot are kept (tests).
+	LogKeep int64
 	// LogKeepAfter, when set, gives for a workspace the seq after which its
 	// log rows must be kept whatever the snapshots say: the ledger's
 	// position, so that a ledger that fell behind can still catch up.
@@ -768,7 +771,11 @@ func (s *Store) SaveSnapshot(ws, seq int64, state []byte) error {
 		WHERE excluded.seq >= snapshots.seq`, ws, seq, state); err != nil {
 		return fmt.Errorf("store: snapshot workspace %d at %d: %w", ws, seq, err)
 	}
-	trim := seq - LogKeep
+	keep := int64(LogKeep)
+	if s.opts.LogKeep > 0 {
+		keep = s.opts.LogKeep
+	}
+	trim := seq - keep
 	if s.opts.LogKeepAfter != nil {
 		trim = min(trim, s.opts.LogKeepAfter(ws))
 	}
