@@ -133,3 +133,39 @@ func TestServeWarnsWithoutTLSBeyondLoopback(t *testing.T) {
 		t.Errorf("--tls-cert alone: exit %d %s", code, e.String())
 	}
 }
+
+// TestServeTLSRefusals: a certificate that does not load stops serve
+// before it listens, naming the files; a client that offers only TLS 1.1
+// gets no connection (the plane speaks TLS 1.2 and later).
+func TestServeTLSRefusals(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, e strings.Builder
+	if code := run([]string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "d1"), "--tls-cert", notPEM, "--tls-key", notPEM}, nil, &out, &e); code != 2 ||
+		!strings.Contains(e.String(), "--tls-cert "+notPEM) {
+		t.Errorf("a certificate that is not PEM: exit %d, %q; want 2 and a message naming it", code, e.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d1", "leaseplane.db")); err == nil {
+		t.Error("serve made a data folder before refusing its certificate")
+	}
+	cert, key, pool := selfSigned(t, dir)
+	url, _, _, stop := startServeArgs(t, "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "d2"), "--log-level", "warn", "--tls-cert", cert, "--tls-key", key)
+	defer stop()
+	old := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}}}
+	if resp, err := old.Get(url + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Errorf("a TLS 1.1 client was answered %d", resp.StatusCode)
+	}
+	cur := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := cur.Get(url + "/healthz")
+	if err != nil {
+		t.Fatalf("a TLS 1.2+ client: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
+		t.Errorf("healthz over TLS: %d %+v", resp.StatusCode, resp.TLS)
+	}
+}
