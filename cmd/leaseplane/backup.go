@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,14 +72,42 @@ highest fence your downstream systems saw as --fence-floor.
 Ledger: the entries the lost plane appended after the backup are gone, and
 what the restored plane appends next forks any checkpoint it signed beyond
 the backup. Pass the newest checkpoints you kept (--checkpoint FILE, any
-number): restore refuses when one is beyond what the backup's ledger reaches,
-unless --accept-ledger-fork.`
+number; the file a 'leaseplane ledger watch --file' keeps will do): restore
+refuses when one is beyond what the backup's ledger reaches, unless
+--accept-ledger-fork.`
 
 // stringList is a flag that may be given many times.
 type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// readCheckpoint reads a signed checkpoint from a file: the note itself
+// (as GET /api/v1/ledger/checkpoint answers it), or a file that
+// `leaseplane ledger watch` keeps, whose last checkpoint it takes.
+func readCheckpoint(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+		return b, nil
+	}
+	var last string
+	for i, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var r watchRecord
+		if err := json.Unmarshal(line, &r); err != nil {
+			return nil, fmt.Errorf("line %d is not a line of a ledger watch file: %v", i+1, err)
+		}
+		if r.Checkpoint != "" {
+			last = r.Checkpoint
+		}
+	}
+	if last == "" {
+		return nil, errors.New("the ledger watch file holds no checkpoint yet")
+	}
+	return []byte(last), nil
+}
 
 func runRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
@@ -85,7 +116,7 @@ func runRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	force := fs.Bool("force", false, "replace the data folder in DIR")
 	floor := fs.Int64("fence-floor", 0, "every workspace's next fence is above this one")
 	var checkpoints stringList
-	fs.Var(&checkpoints, "checkpoint", "a signed checkpoint the lost plane published (a file; may be repeated)")
+	fs.Var(&checkpoints, "checkpoint", "a signed checkpoint the lost plane published, or a ledger watch file (may be repeated)")
 	fork := fs.Bool("accept-ledger-fork", false, "restore even when a checkpoint is beyond the backup's ledger")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: leaseplane restore [--data DIR] [--force] [--fence-floor N] [--checkpoint FILE]... [--accept-ledger-fork] BACKUP")
@@ -107,9 +138,9 @@ func runRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	opts := backup.Options{Force: *force, FenceFloor: *floor, AcceptLedgerFork: *fork, Now: time.Now}
 	for _, f := range checkpoints {
-		b, err := os.ReadFile(f)
+		b, err := readCheckpoint(f)
 		if err != nil {
-			fmt.Fprintf(stderr, "leaseplane restore: --checkpoint: %v\n", err)
+			fmt.Fprintf(stderr, "leaseplane restore: --checkpoint %s: %v\n", f, err)
 			return exitUsage
 		}
 		opts.Checkpoints = append(opts.Checkpoints, b)
