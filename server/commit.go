@@ -67,21 +67,8 @@ func (c *committer) run() {
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], p)
-		closed := false
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case p, ok := <-c.in:
-				if !ok {
-					closed = true
-					break fill
-				}
-				batch = append(batch, p)
-			default:
-				break fill
-			}
-		}
+		var closed bool
+		batch, closed = c.collect(append(batch[:0], p), maxBatch, nil)
 		// Group commit delay: the clients the last commit answered are
 		// likely to send their next command at once. Waiting a little for
 		// them (at most half the last commit's time, and never more than
@@ -90,19 +77,7 @@ func (c *committer) run() {
 		// for the whole of the next.
 		if want := len(batch) + answered; !closed && answered > 1 && len(batch) < want && lastDur > 0 {
 			timer.Reset(min(lastDur/2, maxCommitDelay))
-		wait:
-			for len(batch) < want && len(batch) < maxBatch {
-				select {
-				case p, ok := <-c.in:
-					if !ok {
-						closed = true
-						break wait
-					}
-					batch = append(batch, p)
-				case <-timer.C:
-					break wait
-				}
-			}
+			batch, closed = c.collect(batch, min(want, maxBatch), timer.C)
 			if !timer.Stop() {
 				select {
 				case <-timer.C:
@@ -117,6 +92,34 @@ func (c *committer) run() {
 			return
 		}
 	}
+}
+
+// collect adds commands from c.in to batch until it holds n: with wait
+// nil only those already queued, else also those that come before wait
+// fires. closed reports that c.in was closed.
+func (c *committer) collect(batch []pending, n int, wait <-chan time.Time) (_ []pending, closed bool) {
+	for len(batch) < n {
+		var p pending
+		ok := true
+		if wait == nil {
+			select {
+			case p, ok = <-c.in:
+			default:
+				return batch, false
+			}
+		} else {
+			select {
+			case p, ok = <-c.in:
+			case <-wait:
+				return batch, false
+			}
+		}
+		if !ok {
+			return batch, true
+		}
+		batch = append(batch, p)
+	}
+	return batch, false
 }
 
 // maxCommitDelay bounds the group commit delay.

@@ -280,11 +280,7 @@ func (s *Server) detectionRoutes() {
 		if err != nil {
 			return unavailable(err)
 		}
-		out := make([]CaseJSON, 0, len(cs))
-		for _, c := range cs {
-			out = append(out, toCaseJSON(c))
-		}
-		return jsonReply(map[string]any{"ok": true, "cases": out})
+		return jsonReply(map[string]any{"ok": true, "cases": each(cs, toCaseJSON)})
 	}))
 }
 

@@ -329,6 +329,16 @@ func decodeStrict(body []byte, v any) error {
 	return nil
 }
 
+// each is f of every element of xs, in order (an empty list, not null,
+// when xs is empty).
+func each[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, f(x))
+	}
+	return out
+}
+
 func jsonReply(v any) reply {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -367,11 +377,7 @@ func (s *Server) drillRoutes() {
 		if err != nil {
 			return unavailable(err)
 		}
-		out := make([]runJSON, 0, len(runs))
-		for _, run := range runs {
-			out = append(out, toRunJSON(run))
-		}
-		return jsonReply(map[string]any{"ok": true, "everyMs": s.drills.cadenceOf(k.WorkspaceID), "runs": out})
+		return jsonReply(map[string]any{"ok": true, "everyMs": s.drills.cadenceOf(k.WorkspaceID), "runs": each(runs, toRunJSON)})
 	}))
 	s.mux.Handle(RouteDrillsCadence, s.keyRoute(http.MethodPut, true, func(r *http.Request, k store.Key, body []byte) reply {
 		var req struct {

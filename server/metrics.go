@@ -41,6 +41,9 @@ type opStatus struct {
 	status int
 }
 
+// secondBuckets are the buckets of the latency histograms, 100 µs to 1 s.
+var secondBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -51,48 +54,27 @@ func newMetrics(s *Server) *metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leaseplane_request_duration_seconds",
 			Help:    "Time from a command's arrival (after HTTP parsing) to its durable answer.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+			Buckets: secondBuckets,
 		}, []string{"op"}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "leaseplane_commit_duration_seconds",
 			Help:    "Time of one group commit to SQLite, fsync included.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+			Buckets: secondBuckets,
 		}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "leaseplane_commit_batch_commands",
 			Help:    "Commands that shared one commit.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
 		}),
-		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leaseplane_commit_failures_total",
-			Help: "Commits that failed (their commands were answered 503).",
-		}),
-		commitDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leaseplane_commit_stale_total",
-			Help: "Commands not committed because an earlier command of their workspace failed to commit.",
-		}),
-		eventsWritten: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leaseplane_events_written_total",
-			Help: "Kernel events written to the events table (replays included; duplicates are ignored by the table).",
-		}),
-		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leaseplane_events_dropped_total",
-			Help: "Kernel events the best-effort sink dropped (queue full or write failed).",
-		}),
-		alarms: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leaseplane_alarm_ticks_total",
-			Help: "Ticks sent by workspace alarms.",
-		}),
-		reloads: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leaseplane_workspace_reloads_total",
-			Help: "Workspaces rebuilt from disk after a failure.",
-		}),
-		workspaces: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "leaseplane_workspaces",
-			Help: "Workspaces loaded.",
-		}),
-		counters: map[opStatus]prometheus.Counter{},
-		histos:   map[kernel.Op]prometheus.Observer{},
+		commitFailures: counter("leaseplane_commit_failures_total", "Commits that failed (their commands were answered 503)."),
+		commitDropped:  counter("leaseplane_commit_stale_total", "Commands not committed because an earlier command of their workspace failed to commit."),
+		eventsWritten:  counter("leaseplane_events_written_total", "Kernel events written to the events table (replays included; duplicates are ignored by the table)."),
+		eventsDropped:  counter("leaseplane_events_dropped_total", "Kernel events the best-effort sink dropped (queue full or write failed)."),
+		alarms:         counter("leaseplane_alarm_ticks_total", "Ticks sent by workspace alarms."),
+		reloads:        counter("leaseplane_workspace_reloads_total", "Workspaces rebuilt from disk after a failure."),
+		workspaces:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "leaseplane_workspaces", Help: "Workspaces loaded."}),
+		counters:       map[opStatus]prometheus.Counter{},
+		histos:         map[kernel.Op]prometheus.Observer{},
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.commitSeconds, m.commitBatch, m.commitFailures,
 		m.commitDropped, m.eventsWritten, m.eventsDropped, m.alarms, m.reloads, m.workspaces,
@@ -133,6 +115,11 @@ func newMetrics(s *Server) *metrics {
 			return float64(n)
 		}))
 	return m
+}
+
+// counter is a plain counter of the server's.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }
 
 // ledgerCounter exposes one of the ledger's counters (0 without a ledger).

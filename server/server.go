@@ -203,6 +203,14 @@ type Server struct {
 	drills *drillRunner
 }
 
+// orDefault sets *v to def when it is zero or less (a Config field left
+// out).
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // New opens the store in cfg.DataDir, rebuilds every workspace's machine
 // from its snapshot and log, arms their alarms and returns the server, not
 // yet listening.
@@ -216,24 +224,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AfterFunc == nil {
 		cfg.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = DefaultBodyTimeout
-	}
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = DefaultMaxConns
-	}
-	if cfg.SnapshotEvery <= 0 {
-		cfg.SnapshotEvery = 1000
-	}
-	if cfg.KeyCacheTTL <= 0 {
-		cfg.KeyCacheTTL = 2 * time.Second
-	}
-	if cfg.KeyPoll <= 0 {
-		cfg.KeyPoll = DefaultKeyPoll
-	}
+	orDefault(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&cfg.BodyTimeout, DefaultBodyTimeout)
+	orDefault(&cfg.MaxConns, DefaultMaxConns)
+	orDefault(&cfg.SnapshotEvery, 1000)
+	orDefault(&cfg.KeyCacheTTL, 2*time.Second)
+	orDefault(&cfg.KeyPoll, DefaultKeyPoll)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

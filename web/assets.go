@@ -8,10 +8,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"mime"
 	"net/http"
 	"path"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,12 +123,7 @@ func (a *assets) has(name string) bool { _, ok := a.byName[name]; return ok }
 
 // names lists the assets in name order.
 func (a *assets) names() []string {
-	out := make([]string, 0, len(a.byName))
-	for n := range a.byName {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(a.byName))
 }
 
 // BuildHash is the hash of the embedded browser kernel, which names its

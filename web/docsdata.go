@@ -132,30 +132,27 @@ func recipeCode(name string) string {
 	return strings.TrimRight(string(b), "\n")
 }
 
+// newRecipe is the recipe id: its code from recipes/id.{sh,mjs,py}, and live,
+// which runs it in the kernel, named recipe-id and titled as the recipe.
+func newRecipe(id, title, lead string, live LiveExample) Recipe {
+	live.ID, live.Title = "recipe-"+id, title
+	return Recipe{ID: id, Title: title, Lead: lead, Live: live,
+		Curl: recipeCode(id + ".sh"), JS: recipeCode(id + ".mjs"), Py: recipeCode(id + ".py")}
+}
+
 func recipes() []Recipe {
 	return []Recipe{
-		{
-			ID: "take-and-release", Title: "Take a lease and release it",
-			Lead: "Ask for the slot as the agent that wants it; a free resource answers with a lease. Do the work, then release it with the lease id, which raises the agent's trust score by 0.5. The code reads the plane's address from LEASEPLANE_URL and a key from LEASEPLANE_KEY, which leaseplane serve prints on its first start.",
-			Curl: recipeCode("take-and-release.sh"),
-			JS:   recipeCode("take-and-release.mjs"),
-			Py:   recipeCode("take-and-release.py"),
-			Live: LiveExample{ID: "recipe-take-and-release", Title: "Take a lease and release it",
-				Scenario: `{"rules": {"readShared": []},
+		newRecipe("take-and-release", "Take a lease and release it",
+			"Ask for the slot as the agent that wants it; a free resource answers with a lease. Do the work, then release it with the lease id, which raises the agent's trust score by 0.5. The code reads the plane's address from LEASEPLANE_URL and a key from LEASEPLANE_KEY, which leaseplane serve prints on its first start.",
+			LiveExample{Scenario: `{"rules": {"readShared": []},
  "steps": [
   {"atMs": 1000, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didRelease + `"},
   {"atMs": 5000, "op": "release", "resource": "` + slot + `", "actorDid": "` + didRelease + `", "leaseId": "` + leaseIDOfFirstGrant + `"}]}`,
 				Show:   []int{0, 1},
-				Checks: []Check{{0, "ok", "true"}, {0, "lease.expiresAtMs", "31000"}, {1, "released", "true"}, {1, "releasedIds.0", leaseIDOfFirstGrant}}},
-		},
-		{
-			ID: "queue-for-the-slot", Title: "Queue for the production deploy slot",
-			Lead: "When another agent holds the slot, the refusal names it and says in stampede.waitMs how long to back off. Sleep that long and ask again; stop on deadlock, which means you hold something the holder waits for: release it first.",
-			Curl: recipeCode("queue-for-the-slot.sh"),
-			JS:   recipeCode("queue-for-the-slot.mjs"),
-			Py:   recipeCode("queue-for-the-slot.py"),
-			Live: LiveExample{ID: "recipe-queue-for-the-slot", Title: "Queue for the production deploy slot",
-				Scenario: `{"rules": {"readShared": []},
+				Checks: []Check{{0, "ok", "true"}, {0, "lease.expiresAtMs", "31000"}, {1, "released", "true"}, {1, "releasedIds.0", leaseIDOfFirstGrant}}}),
+		newRecipe("queue-for-the-slot", "Queue for the production deploy slot",
+			"When another agent holds the slot, the refusal names it and says in stampede.waitMs how long to back off. Sleep that long and ask again; stop on deadlock, which means you hold something the holder waits for: release it first.",
+			LiveExample{Scenario: `{"rules": {"readShared": []},
  "steps": [
   {"atMs": 1000, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didRelease + `"},
   {"atMs": 1200, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didCost + `"},
@@ -164,8 +161,7 @@ func recipes() []Recipe {
   {"atMs": 1310, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didCost + `"}]}`,
 				Show: []int{1, 4},
 				Checks: []Check{{1, "reason", `"lease_held"`}, {1, "stampede.waitMs", "50"}, {2, "stampede.waitMs", "50"},
-					{4, "ok", "true"}, {4, "lease.holder", `"` + didCost + `"`}, {4, "lease.fence", "2"}}},
-		},
+					{4, "ok", "true"}, {4, "lease.holder", `"` + didCost + `"`}, {4, "lease.fence", "2"}}}),
 	}
 }
 

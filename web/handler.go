@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/a-h/templ"
+
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
@@ -34,32 +36,37 @@ func newPage(title, current string, l Links, scripts ...string) (Page, error) {
 
 var kernelScripts = []string{"wasm_exec.js", "glue.js", "kernel.js"}
 
+// renderKernelPage writes a page that runs the kernel, with the timeline
+// and ledger views and its own script; content makes its body.
+func renderKernelPage(ctx context.Context, w *bytes.Buffer, l Links, title, current, script string,
+	content func(Page) (templ.Component, error)) error {
+	p, err := newPage(title, current, l, append(kernelScripts, "timeline.js", "ledger.js", script)...)
+	if err != nil {
+		return err
+	}
+	c, err := content(p)
+	if err != nil {
+		return err
+	}
+	return c.Render(ctx, w)
+}
+
 // RenderPlayground writes the playground page with links l.
 func RenderPlayground(ctx context.Context, w *bytes.Buffer, l Links) error {
-	p, err := newPage("Playground", "playground", l, append(kernelScripts, "timeline.js", "ledger.js", "playground.js")...)
-	if err != nil {
-		return err
-	}
-	ex, err := Corpus()
-	if err != nil {
-		return err
-	}
-	def, _ := ExampleByName(ReferenceExamples[0])
-	return playgroundPage(p, PlaygroundData{Examples: ex, Default: def}).Render(ctx, w)
+	return renderKernelPage(ctx, w, l, "Playground", "playground", "playground.js", func(p Page) (templ.Component, error) {
+		ex, err := Corpus()
+		def, _ := ExampleByName(ReferenceExamples[0])
+		return playgroundPage(p, PlaygroundData{Examples: ex, Default: def}), err
+	})
 }
 
 // RenderDocs writes the docs page with links l.
 func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
-	p, err := newPage("Docs", "docs", l, append(kernelScripts, "timeline.js", "ledger.js", "docs.js")...)
-	if err != nil {
-		return err
-	}
-	d, err := DocsData()
-	if err != nil {
-		return err
-	}
-	return docsPage(p, DocsPageData{Docs: d, LeaseTTLMs: kernel.LeaseTTLMs, WaiterTTLMs: kernel.WaiterTTLMs, DeadlockKeepMs: kernel.DeadlockKeepMs,
-		MaxAdmitted: kernel.MaxAdmitted, BaseWaitMs: kernel.BaseWaitMs, MaxWaitMs: kernel.MaxWaitMs}).Render(ctx, w)
+	return renderKernelPage(ctx, w, l, "Docs", "docs", "docs.js", func(p Page) (templ.Component, error) {
+		d, err := DocsData()
+		return docsPage(p, DocsPageData{Docs: d, LeaseTTLMs: kernel.LeaseTTLMs, WaiterTTLMs: kernel.WaiterTTLMs, DeadlockKeepMs: kernel.DeadlockKeepMs,
+			MaxAdmitted: kernel.MaxAdmitted, BaseWaitMs: kernel.BaseWaitMs, MaxWaitMs: kernel.MaxWaitMs}), err
+	})
 }
 
 // RenderOperator writes the operator's page: the latest drill run and the

@@ -211,21 +211,31 @@ func appendHashes(b []byte, hs []kledger.Hash) []byte {
 	return append(b, ']')
 }
 
-func (l *Ledger) proof(ctx context.Context, w *wsLedger, q map[string][]string) Reply {
-	index, bad := param(q, "index", 0, true)
-	if bad != nil {
-		return *bad
+// proofParams reads a proof's two parameters: low (required) and high
+// (by default, and at most, the ledger's size).
+func (l *Ledger) proofParams(w *wsLedger, q map[string][]string, low, high string) (lo, hi int64, bad *Reply) {
+	if lo, bad = param(q, low, 0, true); bad != nil {
+		return 0, 0, bad
 	}
 	if err := l.ensureLoaded(w); err != nil {
-		return unavailable(err)
+		r := unavailable(err)
+		return 0, 0, &r
 	}
 	cur := w.size()
-	size, bad := param(q, "size", cur, false)
+	if hi, bad = param(q, high, cur, false); bad != nil {
+		return 0, 0, bad
+	}
+	if hi > cur {
+		r := badParam(high, "is larger than the ledger ("+strconv.FormatInt(cur, 10)+" entries)")
+		return 0, 0, &r
+	}
+	return lo, hi, nil
+}
+
+func (l *Ledger) proof(ctx context.Context, w *wsLedger, q map[string][]string) Reply {
+	index, size, bad := l.proofParams(w, q, "index", "size")
 	if bad != nil {
 		return *bad
-	}
-	if size > cur {
-		return badParam("size", "is larger than the ledger ("+strconv.FormatInt(cur, 10)+" entries)")
 	}
 	if index >= size {
 		return badParam("index", "must be below size ("+strconv.FormatInt(size, 10)+")")
@@ -243,20 +253,9 @@ func (l *Ledger) proof(ctx context.Context, w *wsLedger, q map[string][]string) 
 }
 
 func (l *Ledger) consistency(ctx context.Context, w *wsLedger, q map[string][]string) Reply {
-	from, bad := param(q, "from", 0, true)
+	from, to, bad := l.proofParams(w, q, "from", "to")
 	if bad != nil {
 		return *bad
-	}
-	if err := l.ensureLoaded(w); err != nil {
-		return unavailable(err)
-	}
-	cur := w.size()
-	to, bad := param(q, "to", cur, false)
-	if bad != nil {
-		return *bad
-	}
-	if to > cur {
-		return badParam("to", "is larger than the ledger ("+strconv.FormatInt(cur, 10)+" entries)")
 	}
 	if from > to {
 		return badParam("from", "must not be above to ("+strconv.FormatInt(to, 10)+")")

@@ -253,17 +253,19 @@ type arg struct {
 
 func boolp(b bool) *bool { return &b }
 
+// toolDef is a tool's definition; no tool reaches outside the plane
+// (OpenWorldHint false).
+func toolDef(name, title, description string, input, output any, ann sdk.ToolAnnotations) *sdk.Tool {
+	ann.OpenWorldHint = boolp(false)
+	return &sdk.Tool{Name: name, Title: title, Description: description, InputSchema: input, OutputSchema: output, Annotations: &ann}
+}
+
 func tools() []tool {
 	return []tool{
 		{
-			def: &sdk.Tool{
-				Name:         ToolAcquire,
-				Title:        "Acquire a lease",
-				Description:  acquireDescription,
-				InputSchema:  inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg, "waitUpToMs": waitArg, "ttlMs": ttlArg}, "resource", "actorDid"),
-				OutputSchema: acquireOutput,
-				Annotations:  &sdk.ToolAnnotations{Title: "Acquire a lease", DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
-			},
+			def: toolDef(ToolAcquire, "Acquire a lease", acquireDescription,
+				inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg, "waitUpToMs": waitArg, "ttlMs": ttlArg}, "resource", "actorDid"),
+				acquireOutput, sdk.ToolAnnotations{Title: "Acquire a lease", DestructiveHint: boolp(false), IdempotentHint: true}),
 			op: kernel.OpAcquire,
 			args: []arg{
 				{name: "resource", kind: "string", required: true, forward: true},
@@ -273,14 +275,9 @@ func tools() []tool {
 			},
 		},
 		{
-			def: &sdk.Tool{
-				Name:         ToolRelease,
-				Title:        "Release a lease",
-				Description:  releaseDescription,
-				InputSchema:  inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg}, "resource", "actorDid"),
-				OutputSchema: releaseOutput,
-				Annotations:  &sdk.ToolAnnotations{Title: "Release a lease", DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
-			},
+			def: toolDef(ToolRelease, "Release a lease", releaseDescription,
+				inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg}, "resource", "actorDid"),
+				releaseOutput, sdk.ToolAnnotations{Title: "Release a lease", DestructiveHint: boolp(false), IdempotentHint: true}),
 			op: kernel.OpRelease,
 			args: []arg{
 				{name: "resource", kind: "string", required: true, forward: true},
@@ -288,14 +285,9 @@ func tools() []tool {
 			},
 		},
 		{
-			def: &sdk.Tool{
-				Name:         ToolWait,
-				Title:        "Read the queues",
-				Description:  waitDescription,
-				InputSchema:  inputSchema(map[string]any{}),
-				OutputSchema: waitOutput,
-				Annotations:  &sdk.ToolAnnotations{Title: "Read the queues", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: boolp(false)},
-			},
+			def: toolDef(ToolWait, "Read the queues", waitDescription,
+				inputSchema(map[string]any{}),
+				waitOutput, sdk.ToolAnnotations{Title: "Read the queues", ReadOnlyHint: true, IdempotentHint: true}),
 			op: kernel.OpWait,
 		},
 	}
@@ -305,25 +297,15 @@ func tools() []tool {
 func operatorTools() []tool {
 	return []tool{
 		{
-			def: &sdk.Tool{
-				Name:         ToolDrillsRun,
-				Title:        "Run the drills",
-				Description:  drillsDescription,
-				InputSchema:  inputSchema(map[string]any{}),
-				OutputSchema: drillsOutput,
-				Annotations:  &sdk.ToolAnnotations{Title: "Run the drills", DestructiveHint: boolp(false), OpenWorldHint: boolp(false)},
-			},
+			def: toolDef(ToolDrillsRun, "Run the drills", drillsDescription,
+				inputSchema(map[string]any{}),
+				drillsOutput, sdk.ToolAnnotations{Title: "Run the drills", DestructiveHint: boolp(false)}),
 			action: ToolDrillsRun,
 		},
 		{
-			def: &sdk.Tool{
-				Name:         ToolDetectionRun,
-				Title:        "Run a detector over the ledger",
-				Description:  detectionDescription,
-				InputSchema:  inputSchema(map[string]any{"detector": map[string]any{"type": "string", "description": "the detector's name, such as lease-overlap"}}, "detector"),
-				OutputSchema: detectionOutput,
-				Annotations:  &sdk.ToolAnnotations{Title: "Run a detector", DestructiveHint: boolp(false), OpenWorldHint: boolp(false)},
-			},
+			def: toolDef(ToolDetectionRun, "Run a detector over the ledger", detectionDescription,
+				inputSchema(map[string]any{"detector": map[string]any{"type": "string", "description": "the detector's name, such as lease-overlap"}}, "detector"),
+				detectionOutput, sdk.ToolAnnotations{Title: "Run a detector", DestructiveHint: boolp(false)}),
 			action: ToolDetectionRun,
 			args:   []arg{{name: "detector", kind: "string", required: true, forward: true}},
 		},
