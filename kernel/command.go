@@ -342,12 +342,8 @@ func ParseRules(b []byte) (Rules, error) {
 		default:
 			return errors.New("unknown field " + jsontext.QuoteField(key) + " (rules have readShared and limits)")
 		}
-		switch jsontext.KindOf(raw) {
-		case jsontext.Null:
-			return nil
-		case jsontext.Array:
-		default:
-			return errors.New("readShared must be an array of strings")
+		if null, err := nullOr(raw, jsontext.Array, "readShared must be an array of strings"); null || err != nil {
+			return err
 		}
 		return jsontext.ReadArray(raw, func(elem jsontext.Value) error {
 			if elem.Kind != jsontext.String {
@@ -370,13 +366,21 @@ func ParseRules(b []byte) (Rules, error) {
 	return rules, nil
 }
 
-func parseLimits(raw []byte, l *Limits) error {
+// nullOr reports whether raw is null; otherwise it must be of kind want,
+// or the error is msg.
+func nullOr(raw []byte, want jsontext.Kind, msg string) (null bool, err error) {
 	switch jsontext.KindOf(raw) {
 	case jsontext.Null:
-		return nil
-	case jsontext.Object:
-	default:
-		return errors.New("limits must be an object with leases, waiters and agents")
+		return true, nil
+	case want:
+		return false, nil
+	}
+	return false, errors.New(msg)
+}
+
+func parseLimits(raw []byte, l *Limits) error {
+	if null, err := nullOr(raw, jsontext.Object, "limits must be an object with leases, waiters and agents"); null || err != nil {
+		return err
 	}
 	return jsontext.ReadObject(raw, jsontext.Options{}, func(name []byte, v jsontext.Value) error {
 		key := string(name)

@@ -322,24 +322,22 @@ func (m *Machine) addResource(name string) *resource {
 }
 
 func (res *resource) leaseOf(a *agent) *lease {
-	if a == nil {
-		return nil
-	}
-	for _, l := range res.leases {
-		if l.owner == a {
-			return l
-		}
-	}
-	return nil
+	return ownedBy(res.leases, a, func(l *lease) *agent { return l.owner })
 }
 
 func (res *resource) waiterOf(a *agent) *waiter {
+	return ownedBy(res.waiters, a, func(w *waiter) *agent { return w.owner })
+}
+
+// ownedBy is the element of xs whose owner is a (nil when a is nil or owns
+// none).
+func ownedBy[T any](xs []*T, a *agent, owner func(*T) *agent) *T {
 	if a == nil {
 		return nil
 	}
-	for _, w := range res.waiters {
-		if w.owner == a {
-			return w
+	for _, x := range xs {
+		if owner(x) == a {
+			return x
 		}
 	}
 	return nil

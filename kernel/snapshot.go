@@ -97,6 +97,17 @@ func boolInto(p *bool) func([]byte) error {
 	}
 }
 
+// objectsOf decodes an array of objects, each into a new element of *dst
+// by the field decoders fields makes for it.
+func objectsOf[T any](dst *[]T, fields func(*T) fieldDecoders) func([]byte) error {
+	return arrayOf(func(raw []byte) error {
+		var v T
+		err := decodeObject(raw, fields(&v))
+		*dst = append(*dst, v)
+		return err
+	})
+}
+
 func arrayOf(each func(raw []byte) error) func([]byte) error {
 	return func(raw []byte) error {
 		return jsontext.ReadArray(raw, func(v jsontext.Value) error { return each(v.Raw) })
@@ -137,46 +148,32 @@ func decodeSnapshot(b []byte) (snapState, error) {
 			err := decodeObject(raw, fieldDecoders{
 				"name":  stringInto(&r.name),
 				"fence": intInto(&r.fence),
-				"leases": arrayOf(func(raw []byte) error {
-					var l snapLease
-					err := decodeObject(raw, fieldDecoders{
+				"leases": objectsOf(&r.leases, func(l *snapLease) fieldDecoders {
+					return fieldDecoders{
 						"holder": stringInto(&l.holder), "mode": stringInto(&l.mode), "fence": intInto(&l.fence),
 						"grantedAtMs": intInto(&l.granted), "expiresAtMs": intInto(&l.expiresAt),
-					})
-					r.leases = append(r.leases, l)
-					return err
+					}
 				}),
-				"waiters": arrayOf(func(raw []byte) error {
-					var w snapWaiter
-					err := decodeObject(raw, fieldDecoders{
+				"waiters": objectsOf(&r.waiters, func(w *snapWaiter) fieldDecoders {
+					return fieldDecoders{
 						"actorDid": stringInto(&w.actor), "mode": stringInto(&w.mode), "sinceMs": intInto(&w.since),
 						"lastAskMs": intInto(&w.lastAsk), "seq": intInto(&w.seq),
 						"heldAtMs": func(raw []byte) error { w.hasClaim = true; return intInto(&w.heldAt)(raw) },
 						"waitMs":   intInto(&w.waitMs),
-					})
-					r.waiters = append(r.waiters, w)
-					return err
+					}
 				}),
 			})
 			s.resources = append(s.resources, r)
 			return err
 		}),
-		"agents": arrayOf(func(raw []byte) error {
-			var a snapAgent
-			err := decodeObject(raw, fieldDecoders{
-				"did": stringInto(&a.did), "trustHalves": intInto(&a.trust2), "suspended": boolInto(&a.suspended),
-			})
-			s.agents = append(s.agents, a)
-			return err
+		"agents": objectsOf(&s.agents, func(a *snapAgent) fieldDecoders {
+			return fieldDecoders{"did": stringInto(&a.did), "trustHalves": intInto(&a.trust2), "suspended": boolInto(&a.suspended)}
 		}),
-		"deadlocks": arrayOf(func(raw []byte) error {
-			var d deadlockPair
-			err := decodeObject(raw, fieldDecoders{
+		"deadlocks": objectsOf(&s.deadlocks, func(d *deadlockPair) fieldDecoders {
+			return fieldDecoders{
 				"actorDid": stringInto(&d.actor), "resource": stringInto(&d.resource), "holder": stringInto(&d.holder),
 				"waitingOn": stringInto(&d.waitingOn), "atMs": intInto(&d.at),
-			})
-			s.deadlocks = append(s.deadlocks, d)
-			return err
+			}
 		}),
 	})
 	return s, err

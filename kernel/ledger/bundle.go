@@ -140,22 +140,14 @@ func bundleEntry(i int, raw []byte) ([]byte, Hash, error) {
 			}
 			haveIndex = true
 		case "hash":
-			s, err := kernel.Unquote(v)
-			if err != nil {
-				return errors.New("hash is not a JSON string")
-			}
-			if leaf, err = decodeHash(s); err != nil {
-				return errors.New("hash " + err.Error())
-			}
-			haveHash = true
+			var err error
+			leaf, err = decodeStringField(name, v, decodeHash)
+			haveHash = err == nil
+			return err
 		case "data":
-			s, err := kernel.Unquote(v)
-			if err != nil {
-				return errors.New("data is not a JSON string")
-			}
-			if entry, err = decodeBase64(s); err != nil {
-				return errors.New("data " + err.Error())
-			}
+			var err error
+			entry, err = decodeStringField(name, v, decodeBase64)
+			return err
 		case "event":
 			event = v
 		default:
@@ -184,19 +176,24 @@ func bundleEntry(i int, raw []byte) ([]byte, Hash, error) {
 	return entry, leaf, nil
 }
 
-// hashTree is a tree built from leaf hashes alone.
-type hashTree struct{ hashes []Hash }
-
-func (t *hashTree) ReadHashes(indexes []int64) ([]Hash, error) {
-	out := make([]Hash, len(indexes))
-	for i, x := range indexes {
-		if x < 0 || x >= int64(len(t.hashes)) {
-			return nil, errors.New("stored hash " + itoa(x) + " is missing")
-		}
-		out[i] = t.hashes[x]
+// decodeStringField decodes v, the JSON string of field name, with decode.
+func decodeStringField[T any](name string, v []byte, decode func(string) (T, error)) (T, error) {
+	var zero T
+	s, err := kernel.Unquote(v)
+	if err != nil {
+		return zero, errors.New(name + " is not a JSON string")
 	}
-	return out, nil
+	t, err := decode(s)
+	if err != nil {
+		return zero, errors.New(name + " " + err.Error())
+	}
+	return t, nil
 }
+
+// hashTree is a tree built from leaf hashes alone.
+type hashTree struct{ hashes storedHashes }
+
+func (t *hashTree) ReadHashes(indexes []int64) ([]Hash, error) { return t.hashes.ReadHashes(indexes) }
 
 func (t *hashTree) appendLeaf(n int64, h Hash) error {
 	hs, err := tlog.StoredHashesForRecordHash(n, h, t)

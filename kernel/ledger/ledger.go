@@ -103,17 +103,23 @@ func CheckConsistency(proof []Hash, n int64, nroot Hash, m int64, mroot Hash) er
 // SQLite. The zero Tree is empty and ready.
 type Tree struct {
 	entries [][]byte
-	hashes  []Hash
+	hashes  storedHashes
 }
 
 // ReadHashes reads stored hashes by index (tlog.HashReader).
-func (t *Tree) ReadHashes(indexes []int64) ([]Hash, error) {
+func (t *Tree) ReadHashes(indexes []int64) ([]Hash, error) { return t.hashes.ReadHashes(indexes) }
+
+// storedHashes are a tree's stored hashes in tlog's order.
+type storedHashes []Hash
+
+// ReadHashes reads stored hashes by index (tlog.HashReader).
+func (s storedHashes) ReadHashes(indexes []int64) ([]Hash, error) {
 	out := make([]Hash, len(indexes))
 	for i, x := range indexes {
-		if x < 0 || x >= int64(len(t.hashes)) {
+		if x < 0 || x >= int64(len(s)) {
 			return nil, errors.New("stored hash " + itoa(x) + " is not in the tree")
 		}
-		out[i] = t.hashes[x]
+		out[i] = s[x]
 	}
 	return out, nil
 }

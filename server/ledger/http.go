@@ -211,62 +211,55 @@ func appendHashes(b []byte, hs []kledger.Hash) []byte {
 	return append(b, ']')
 }
 
-// proofParams reads a proof's two parameters: low (required) and high
-// (by default, and at most, the ledger's size).
-func (l *Ledger) proofParams(w *wsLedger, q map[string][]string, low, high string) (lo, hi int64, bad *Reply) {
-	if lo, bad = param(q, low, 0, true); bad != nil {
-		return 0, 0, bad
-	}
-	if err := l.ensureLoaded(w); err != nil {
-		r := unavailable(err)
-		return 0, 0, &r
-	}
-	cur := w.size()
-	if hi, bad = param(q, high, cur, false); bad != nil {
-		return 0, 0, bad
-	}
-	if hi > cur {
-		r := badParam(high, "is larger than the ledger ("+strconv.FormatInt(cur, 10)+" entries)")
-		return 0, 0, &r
-	}
-	return lo, hi, nil
+// proofKind is one of the two proof routes: its parameters (lo required,
+// hi by default and at most the ledger's size), the order they must keep,
+// and the proof of hi against lo.
+type proofKind struct {
+	lo, hi string
+	order  string // what lo must be, when ok refuses it
+	ok     func(lo, hi int64) bool
+	prove  func(hi, lo int64, r kledger.HashReader) ([]kledger.Hash, error)
 }
 
+var (
+	inclusionProof   = proofKind{"index", "size", "must be below size", func(lo, hi int64) bool { return lo < hi }, kledger.ProveInclusion}
+	consistencyProof = proofKind{"from", "to", "must not be above to", func(lo, hi int64) bool { return lo <= hi }, kledger.ProveConsistency}
+)
+
 func (l *Ledger) proof(ctx context.Context, w *wsLedger, q map[string][]string) Reply {
-	index, size, bad := l.proofParams(w, q, "index", "size")
-	if bad != nil {
-		return *bad
-	}
-	if index >= size {
-		return badParam("index", "must be below size ("+strconv.FormatInt(size, 10)+")")
-	}
-	hs, err := kledger.ProveInclusion(size, index, l.reader(w, nil))
-	if err != nil {
-		return unavailable(err)
-	}
-	b := append([]byte(`{"index":`), strconv.FormatInt(index, 10)...)
-	b = append(b, `,"size":`...)
-	b = strconv.AppendInt(b, size, 10)
-	b = append(b, ',')
-	b = appendHashes(b, hs)
-	return jsonReply(200, append(b, '}'))
+	return l.prove(w, q, inclusionProof)
 }
 
 func (l *Ledger) consistency(ctx context.Context, w *wsLedger, q map[string][]string) Reply {
-	from, to, bad := l.proofParams(w, q, "from", "to")
+	return l.prove(w, q, consistencyProof)
+}
+
+// prove answers a proof of kind k: {"LO":lo,"HI":hi,"hashes":[...]}.
+func (l *Ledger) prove(w *wsLedger, q map[string][]string, k proofKind) Reply {
+	lo, bad := param(q, k.lo, 0, true)
 	if bad != nil {
 		return *bad
 	}
-	if from > to {
-		return badParam("from", "must not be above to ("+strconv.FormatInt(to, 10)+")")
+	if err := l.ensureLoaded(w); err != nil {
+		return unavailable(err)
 	}
-	hs, err := kledger.ProveConsistency(to, from, l.reader(w, nil))
+	cur := w.size()
+	hi, bad := param(q, k.hi, cur, false)
+	switch {
+	case bad != nil:
+		return *bad
+	case hi > cur:
+		return badParam(k.hi, "is larger than the ledger ("+strconv.FormatInt(cur, 10)+" entries)")
+	case !k.ok(lo, hi):
+		return badParam(k.lo, k.order+" ("+strconv.FormatInt(hi, 10)+")")
+	}
+	hs, err := k.prove(hi, lo, l.reader(w, nil))
 	if err != nil {
 		return unavailable(err)
 	}
-	b := append([]byte(`{"from":`), strconv.FormatInt(from, 10)...)
-	b = append(b, `,"to":`...)
-	b = strconv.AppendInt(b, to, 10)
+	b := append([]byte(`{"`+k.lo+`":`), strconv.FormatInt(lo, 10)...)
+	b = append(b, `,"`+k.hi+`":`...)
+	b = strconv.AppendInt(b, hi, 10)
 	b = append(b, ',')
 	b = appendHashes(b, hs)
 	return jsonReply(200, append(b, '}'))

@@ -48,18 +48,26 @@ func wrap(f func(args []js.Value) any) js.Func {
 	return js.FuncOf(func(_ js.Value, args []js.Value) any { return f(args) })
 }
 
+// twoStrings is a function of two string arguments; sig names it in the
+// error when they are not strings.
+func twoStrings(sig string, f func(a, b string) any) js.Func {
+	return wrap(func(args []js.Value) any {
+		a, err := jsarg.String(args, 0, sig)
+		if err != nil {
+			return errValue(err.Error())
+		}
+		b, err := jsarg.String(args, 1, sig)
+		if err != nil {
+			return errValue(err.Error())
+		}
+		return f(a, b)
+	})
+}
+
 // ledgerAPI is globalThis.leaseplaneLedger (see the package doc).
 func ledgerAPI() js.Value {
 	api := js.Global().Get("Object").New()
-	api.Set("verify", wrap(func(args []js.Value) any {
-		text, err := jsarg.String(args, 0, "verify(text, verifierKey)")
-		if err != nil {
-			return errValue(err.Error())
-		}
-		key, err := jsarg.String(args, 1, "verify(text, verifierKey)")
-		if err != nil {
-			return errValue(err.Error())
-		}
+	api.Set("verify", twoStrings("verify(text, verifierKey)", func(text, key string) any {
 		v, err := ledger.Verify([]byte(text), trimSpace(key))
 		if err != nil {
 			return errValue(err.Error())
@@ -82,15 +90,7 @@ func ledgerAPI() js.Value {
 		}
 		return okValue(map[string]any{"signer": s, "verifier": v})
 	}))
-	api.Set("seal", wrap(func(args []js.Value) any {
-		signer, err := jsarg.String(args, 0, "seal(signerKey, transcriptJson)")
-		if err != nil {
-			return errValue(err.Error())
-		}
-		events, err := jsarg.String(args, 1, "seal(signerKey, transcriptJson)")
-		if err != nil {
-			return errValue(err.Error())
-		}
+	api.Set("seal", twoStrings("seal(signerKey, transcriptJson)", func(signer, events string) any {
 		out, err := seal(trimSpace(signer), []byte(events))
 		if err != nil {
 			return errValue("seal: " + err.Error())

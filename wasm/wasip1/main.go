@@ -110,25 +110,26 @@ func in(n uint32) ([]byte, bool) {
 
 //go:wasmexport lp_new
 func newMachine(n uint32) uint64 {
-	b, ok := in(n)
-	if !ok {
-		return fail("lp_new: length beyond the input buffer")
-	}
-	rules, err := kernel.ParseRules(b)
-	if err != nil {
-		return fail(err.Error())
-	}
-	machine = kernel.New(rules)
-	return 0
+	return load("lp_new", n, func(rules []byte) (*kernel.Machine, error) {
+		r, err := kernel.ParseRules(rules)
+		if err != nil {
+			return nil, err
+		}
+		return kernel.New(r), nil
+	})
 }
 
 //go:wasmexport lp_restore
-func restore(n uint32) uint64 {
+func restore(n uint32) uint64 { return load("lp_restore", n, kernel.Restore) }
+
+// load makes the machine from the n bytes of input with build, for the
+// export named export.
+func load(export string, n uint32, build func([]byte) (*kernel.Machine, error)) uint64 {
 	b, ok := in(n)
 	if !ok {
-		return fail("lp_restore: length beyond the input buffer")
+		return fail(export + ": length beyond the input buffer")
 	}
-	m, err := kernel.Restore(b)
+	m, err := build(b)
 	if err != nil {
 		return fail(err.Error())
 	}

@@ -108,6 +108,15 @@ func in(a, b uint32) ([]byte, error) {
 	return input[a : a+b], nil
 }
 
+// inTwo is the input of two parts: its first a bytes and the b after them.
+func inTwo(a, b uint32) (first, second []byte, err error) {
+	if first, err = in(0, a); err != nil {
+		return nil, nil, err
+	}
+	second, err = in(a, b)
+	return first, second, err
+}
+
 func hashes(hs []ledger.Hash, err error) uint64 {
 	if err != nil {
 		return result(nil, err)
@@ -154,11 +163,7 @@ func appendEntry(i int64, n uint32) uint64 {
 
 //go:wasmexport lg_checkpoint
 func checkpoint(size int64, o, s uint32) uint64 {
-	origin, err := in(0, o)
-	if err != nil {
-		return result(nil, err)
-	}
-	signer, err := in(o, s)
+	origin, signer, err := inTwo(o, s)
 	if err != nil {
 		return result(nil, err)
 	}
@@ -181,11 +186,7 @@ func consistency(size, m int64) uint64 {
 
 //go:wasmexport lg_receipt
 func receipt(i, size int64, c, e uint32) uint64 {
-	ckpt, err := in(0, c)
-	if err != nil {
-		return result(nil, err)
-	}
-	entry, err := in(c, e)
+	ckpt, entry, err := inTwo(c, e)
 	if err != nil {
 		return result(nil, err)
 	}
