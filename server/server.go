@@ -62,7 +62,9 @@
 // The folder holds leaseplane.db (workspaces, key hashes, log),
 // snapshots.db, events.db, ledger.db, ledger-keys/ (one signing key per workspace, 0600)
 // and serve.lock, an exclusive lock that keeps a second server
-// off the same folder. docs/SERVER.md describes them for operators.
+// off the same folder. docs/SERVER.md describes them for operators. In a
+// folder restored from a backup (server/backup), each workspace's fence
+// counter is raised once, on its first load (fence.go).
 package server
 
 import (
