@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,14 +24,8 @@ never ahead of the command log they come from), then the ledger signing keys
 keys and key hashes: keep it as you keep the data folder.`
 
 func runBackup(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", "./data", "the data folder to copy (serve may be running on it)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane backup [--data DIR] OUT")
-		fmt.Fprintln(stderr, backupSummary)
-		printFlags(fs)
-	}
+	fs := newFlags("backup", "usage: leaseplane backup [--data DIR] OUT\n"+backupSummary, stderr)
+	data := fs.String("data", "./data", "the data folder `DIR` to copy (serve may be running on it)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return usageStatus(err)
@@ -110,19 +103,14 @@ func readCheckpoint(path string) ([]byte, error) {
 }
 
 func runRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", "./data", "the data folder to restore into (empty or missing)")
+	fs := newFlags("restore", "usage: leaseplane restore [--data DIR] [--force] [--fence-floor N] [--checkpoint FILE]... [--accept-ledger-fork] BACKUP\n"+
+		restoreSummary, stderr)
+	data := fs.String("data", "./data", "the data folder `DIR` to restore into (empty or missing)")
 	force := fs.Bool("force", false, "replace the data folder in DIR")
-	floor := fs.Int64("fence-floor", 0, "every workspace's next fence is above this one")
+	floor := fs.Int64("fence-floor", 0, "every workspace's next fence is above `N`")
 	var checkpoints stringList
-	fs.Var(&checkpoints, "checkpoint", "a signed checkpoint the lost plane published, or a ledger watch file (may be repeated)")
+	fs.Var(&checkpoints, "checkpoint", "a `FILE` holding a signed checkpoint the lost plane published, or a ledger watch file (may be repeated)")
 	fork := fs.Bool("accept-ledger-fork", false, "restore even when a checkpoint is beyond the backup's ledger")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: leaseplane restore [--data DIR] [--force] [--fence-floor N] [--checkpoint FILE]... [--accept-ledger-fork] BACKUP")
-		fmt.Fprintln(stderr, restoreSummary)
-		printFlags(fs)
-	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return usageStatus(err)

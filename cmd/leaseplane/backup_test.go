@@ -237,3 +237,34 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 	t.Logf("%d fences answered (%d after the backup), the highest %d; the backup's counter %d was raised to %d; restored ledger size %d",
 		len(fences), len(fences)-afterBackup, maxFence, from, to, size)
 }
+
+// TestBackupRestoreUsage: bad arguments are refused with exit 2 and a
+// message naming the problem, before anything is touched; a backup of a
+// folder that is not a data folder and a restore of a folder that is not
+// a backup fail with 1, naming what is missing.
+func TestBackupRestoreUsage(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"backup"}, 2, "want one OUT folder"},
+		{[]string{"backup", "a", "b"}, 2, "want one OUT folder"},
+		{[]string{"backup", "--data", dir, filepath.Join(dir, "out")}, 1, "is not a leaseplane data folder"},
+		{[]string{"restore"}, 2, "want one BACKUP folder"},
+		{[]string{"restore", "--fence-floor", "-1", dir}, 2, "--fence-floor must be from 0 to 9007199254740991"},
+		{[]string{"restore", "--fence-floor", "9007199254740992", dir}, 2, "--fence-floor must be from 0"},
+		{[]string{"restore", "--checkpoint", filepath.Join(dir, "none"), dir}, 2, "--checkpoint " + filepath.Join(dir, "none")},
+		{[]string{"restore", "--data", filepath.Join(dir, "new"), dir}, 1, "is not a complete backup (no backup.json)"},
+	} {
+		var out, errb strings.Builder
+		code := run(c.args, nil, &out, &errb)
+		if code != c.code || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, code, errb.String(), c.code, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); err == nil {
+		t.Error("a refused restore made its data folder")
+	}
+}
