@@ -159,6 +159,7 @@ func runRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout)
 	}
+	fmt.Fprintf(stdout, "keys revoked and agents suspended after the backup are valid and free again: revoke and suspend them again (leaseplane keys list --data %s)\n", *data)
 	if len(checkpoints) == 0 {
 		fmt.Fprintln(stdout, "no --checkpoint given: a checkpoint the lost plane signed beyond these sizes forks from what this plane signs next (docs/SERVER.md)")
 	}
