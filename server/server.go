@@ -41,8 +41,10 @@
 //
 // # Events
 //
-// Every kernel event goes to the append-only events table (its own SQLite
-// file, server/store) through a bounded queue that never blocks: when it is
+// With Config.NoLedger, every kernel event goes to the append-only events
+// table (its own SQLite file, server/store; with a ledger, the ledger holds
+// the same events and the table is not written) through a bounded queue
+// that never blocks: when it is
 // full the events are dropped and counted (leaseplane_events_dropped_total).
 // A goroutine of its own writes the queue in batches, after the commands'
 // commits, so an event write can neither delay nor fail a command. On
@@ -51,7 +53,7 @@
 //
 // # Ledger
 //
-// Unless Config.NoLedger, every event also goes to the workspace's signed
+// Unless Config.NoLedger, every event goes to the workspace's signed
 // ledger (server/ledger): the log row of each command keeps its events, the
 // committer hands them to the ledger before the answers leave, and the
 // ledger's own writer appends them, catching up from the log after a

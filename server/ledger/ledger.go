@@ -26,6 +26,14 @@
 // A checkpoint of each grown tree is signed once a second, and on demand
 // when a route needs one that covers more (a receipt of a new entry, a
 // request for the checkpoint). Every signed checkpoint is kept.
+//
+// # Retention
+//
+// With Config.Retention, entry bodies older than it are dropped once an
+// export has covered them (MarkExported through the exported route, which
+// checks the exporter's root); tree hashes, the grants' look-up and
+// checkpoints stay, and the entries and receipt routes answer 410 gone for
+// what went.
 package ledger
 
 import (

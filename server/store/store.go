@@ -20,11 +20,13 @@
 //     array; NULL in rows written before the ledger existed), so the ledger
 //     is derived from the durable log; the log is trimmed only behind the
 //     point the ledger has caught up to (Options.LogKeepAfter);
-//   - the ledger (in DIR/ledger.db, a file of its own, ledger.go): entries,
-//     stored tree hashes, signed checkpoints and each workspace's position;
+//   - the ledger (in DIR/ledger.db, a file of its own, ledger.go): entries
+//     and their stored tree hashes a batch a row, the grants' look-up,
+//     signed checkpoints, each workspace's position and retention marks;
 //   - events (in DIR/events.db, a file of its own): every kernel event, one
 //     row each, append-only (triggers refuse UPDATE and DELETE); written best
-//     effort, never in the way of a command.
+//     effort, never in the way of a command, and only by a server without a
+//     ledger (with one, the ledger holds the same events).
 //
 // A Store is safe for concurrent use. Commit is meant to be called by one
 // writer goroutine; readers (key look-ups, Load) run beside it.
