@@ -123,8 +123,38 @@ func (e *GoneError) Error() string {
 // Unwrap makes errors.Is(err, ErrGone) hold.
 func (e *GoneError) Unwrap() error { return ErrGone }
 
-// maxChunk bounds the entries of one hashes or bodies row.
-const maxChunk = 4096
+// maxChunk bounds the entries of one hashes or bodies row: a proof reads
+// one hash from each of a few rows, and a receipt one entry, and SQLite
+// reads a row's whole blob, so rows stay small (at most 8 KB of hashes).
+const maxChunk = 128
+
+// ledgerRead is the prepared statement of a ledger read, prepared on first
+// use: reads such as a proof's ask a few rows each, and preparing costs
+// more than running.
+func (s *Store) ledgerRead(q string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if st := s.ledgerReads[q]; st != nil {
+		return st, nil
+	}
+	st, err := s.ldb.Prepare(q)
+	if err != nil {
+		return nil, fmt.Errorf("store: prepare a ledger read: %w", err)
+	}
+	if s.ledgerReads == nil {
+		s.ledgerReads = map[string]*sql.Stmt{}
+	}
+	s.ledgerReads[q] = st
+	return st, nil
+}
+
+const (
+	qHashRow  = `SELECT first, count, hashes FROM hashes WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
+	qBodyRow  = `SELECT first FROM bodies WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
+	qBodyRows = `SELECT first, data FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ? ORDER BY first`
+	qDropped  = `SELECT dropped FROM retention WHERE workspace_id = ?`
+	qGrant    = `SELECT idx FROM grants WHERE workspace_id = ? AND lease = ? ORDER BY idx DESC LIMIT 1`
+)
 
 // LedgerPos reads a workspace's ledger position (zero when it has none).
 func (s *Store) LedgerPos(ctx context.Context, ws int64) (LedgerPos, bool, error) {
@@ -304,18 +334,16 @@ func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([]
 	if len(indexes) == 0 {
 		return out, nil
 	}
-	conn, err := s.ldb.Conn(ctx)
+	st, err := s.ledgerRead(qHashRow)
 	if err != nil {
-		return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
+		return nil, err
 	}
-	defer conn.Close()
 	var first, count int64 = -1, 0
 	var blob []byte
 	for i, x := range indexes {
 		e, _ := hashHome(x)
 		if e < first || e >= first+count {
-			err := conn.QueryRowContext(ctx, `SELECT first, count, hashes FROM hashes
-				WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`, ws, e).Scan(&first, &count, &blob)
+			err := st.QueryRowContext(ctx, ws, e).Scan(&first, &count, &blob)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
 			}
@@ -356,11 +384,13 @@ func decodeBodies(out []LedgerEntry, ws, first, from int64, max int, data []byte
 
 // ledgerDropped is the index below which a workspace's entry bodies were
 // dropped by retention (0 when none were).
-func ledgerDropped(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, ws int64) (int64, error) {
+func (s *Store) ledgerDropped(ctx context.Context, ws int64) (int64, error) {
+	st, err := s.ledgerRead(qDropped)
+	if err != nil {
+		return 0, err
+	}
 	var d int64
-	err := q.QueryRowContext(ctx, `SELECT dropped FROM retention WHERE workspace_id = ?`, ws).Scan(&d)
+	err = st.QueryRowContext(ctx, ws).Scan(&d)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("store: read the ledger retention of workspace %d: %w", ws, err)
 	}
@@ -371,29 +401,30 @@ func ledgerDropped(ctx context.Context, q interface {
 // index start, in order; a *GoneError (errors.Is ErrGone) when start is
 // below the entries retention has dropped.
 func (s *Store) LedgerEntries(ctx context.Context, ws, start int64, count int) ([]LedgerEntry, error) {
-	conn, err := s.ldb.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
-	}
-	defer conn.Close()
-	dropped, err := ledgerDropped(ctx, conn, ws)
+	dropped, err := s.ledgerDropped(ctx, ws)
 	if err != nil {
 		return nil, err
 	}
 	if start < dropped {
 		return nil, &GoneError{Index: start, Kept: dropped}
 	}
+	one, err := s.ledgerRead(qBodyRow)
+	if err != nil {
+		return nil, err
+	}
+	many, err := s.ledgerRead(qBodyRows)
+	if err != nil {
+		return nil, err
+	}
 	var first int64
-	err = conn.QueryRowContext(ctx, `SELECT first FROM bodies WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`,
-		ws, start).Scan(&first)
+	err = one.QueryRowContext(ctx, ws, start).Scan(&first)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT first, data FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ? ORDER BY first`,
-		ws, first, start+int64(count))
+	rows, err := many.QueryContext(ctx, ws, first, start+int64(count))
 	if err != nil {
 		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
 	}
@@ -423,9 +454,12 @@ func (s *Store) LedgerLease(ctx context.Context, ws int64, leaseID string) (e Le
 	if !valid {
 		return e, false, nil
 	}
+	st, err := s.ledgerRead(qGrant)
+	if err != nil {
+		return e, false, err
+	}
 	var idx int64
-	err = s.ldb.QueryRowContext(ctx, `SELECT idx FROM grants WHERE workspace_id = ? AND lease = ? ORDER BY idx DESC LIMIT 1`,
-		ws, key).Scan(&idx)
+	err = st.QueryRowContext(ctx, ws, key).Scan(&idx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, false, nil
 	}

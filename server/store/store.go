@@ -159,6 +159,7 @@ type Store struct {
 	stmtMu               sync.Mutex
 	logStmts, eventStmts [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
 	grantStmts           [rowsPerInsert + 1]*sql.Stmt // the ledger's grants, likewise
+	ledgerReads          map[string]*sql.Stmt         // the ledger's point reads, by query
 }
 
 // stmt returns the prepared multi-row INSERT for n rows, preparing it on
@@ -334,6 +335,9 @@ func (s *Store) Close() error {
 	stmts = append(stmts, s.logStmts[:]...)
 	stmts = append(stmts, s.eventStmts[:]...)
 	stmts = append(stmts, s.grantStmts[:]...)
+	for _, st := range s.ledgerReads {
+		stmts = append(stmts, st)
+	}
 	s.stmtMu.Unlock()
 	for _, st := range stmts {
 		if st != nil {
