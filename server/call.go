@@ -104,14 +104,16 @@ func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []by
 // decideAs applies one command for the holder of k; s.life is held for
 // reading and the server is open.
 func (s *Server) decideAs(ctx context.Context, k store.Key, op kernel.Op, body []byte) reply {
-	r, _ := s.decideAsNotify(ctx, k, op, body)
+	r, _ := s.decideAsNotify(ctx, k, op, body, nil)
 	return r
 }
 
 // decideAsNotify is decideAs that also returns a channel closed at the
 // workspace's next change that may free a resource after this command (nil
-// when the command never reached the workspace).
-func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, body []byte) (reply, <-chan struct{}) {
+// when the command never reached the workspace). A held request passes
+// its heldAsk h, which records the ask (nil otherwise); when it is not h's
+// turn to ask, nothing is applied and h.again is set.
+func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, body []byte, h *heldAsk) (reply, <-chan struct{}) {
 	switch op {
 	case kernel.OpAcquire, kernel.OpRelease, kernel.OpWait:
 	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
@@ -139,8 +141,17 @@ func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, 
 		return unavailable(err), nil
 	}
 	ws.mu.Lock()
+	if h != nil && !ws.mayAskLocked(h) {
+		// A wake came after h's turn: it waits for its turn again.
+		ws.mu.Unlock()
+		h.again = true
+		return reply{}, nil
+	}
 	a := s.applyLocked(ws, op, body) // never panics
 	changed := ws.changedLocked()
+	if h != nil {
+		ws.askedLocked(h, a.res)
+	}
 	ws.mu.Unlock()
 	if err := a.wait(); err != nil {
 		return unavailable(err), nil

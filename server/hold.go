@@ -86,18 +86,27 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 	// that gave up (exec interrupted) and dropped its wait must not be
 	// made a waiter again by a request it abandoned.
 	gaveUp := c.Resource + "\x00" + c.ActorDid
+	h := &heldAsk{resource: c.Resource, actor: c.ActorDid, place: notAdmitted}
 	ws.mu.Lock()
 	ws.holding++
 	released := ws.released[gaveUp]
+	ws.addHeldLocked(h)
 	ws.mu.Unlock()
 	defer func() {
 		ws.mu.Lock()
 		if ws.holding--; ws.holding == 0 {
 			clear(ws.released)
 		}
+		ws.removeHeldLocked(h)
 		ws.mu.Unlock()
 	}()
 	for {
+		// Outside s.life: a shutdown waiting for the write lock must not
+		// stop those ahead from asking (and leaving).
+		ws.mu.Lock()
+		ws.awaitTurnLocked(h)
+		ws.mu.Unlock()
+		h.again = false
 		start := time.Now()
 		var r reply
 		var changed <-chan struct{}
@@ -105,9 +114,12 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 		if s.closed {
 			r = unavailable(errShutdown)
 		} else {
-			r, changed = s.decideAsNotify(ctx, k, kernel.OpAcquire, body)
+			r, changed = s.decideAsNotify(ctx, k, kernel.OpAcquire, body, h)
 		}
 		s.life.RUnlock()
+		if h.again {
+			continue
+		}
 		s.metrics.observe(kernel.OpAcquire, r.status, time.Since(start))
 		if r.status != 409 || !bytes.Contains(r.answer, leaseHeldMark) {
 			return r
@@ -117,15 +129,14 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 		if left <= 0 || changed == nil {
 			return r
 		}
-		var a heldAnswer
-		if err := json.Unmarshal(r.answer, &a); err != nil || a.Reason != kernel.ReasonLeaseHeld {
+		if !h.held {
 			return r
 		}
 		wake := left
-		if a.Stampede != nil && slices.Contains(a.Stampede.Admitted, c.ActorDid) {
+		if h.place != notAdmitted {
 			// An admitted waiter's claim lasts waitMs + 1000 ms from this
 			// answer: ask again just before it ends.
-			claim := time.Duration(a.Stampede.WaitMs)*time.Millisecond + time.Second - claimMargin
+			claim := time.Duration(h.waitMs)*time.Millisecond + time.Second - claimMargin
 			wake = min(wake, claim)
 		}
 		timer := make(chan struct{})
@@ -170,7 +181,113 @@ func (ws *workspace) notifyLocked() {
 	if ws.changed != nil {
 		close(ws.changed)
 		ws.changed = nil
+		ws.wakes++
 	}
+}
+
+// notAdmitted is the place of a held request that is not among its
+// resource's admitted waiters.
+const notAdmitted = 1 << 30
+
+// heldAsk is one held request as its workspace sees it: its resource,
+// what its last ask was answered (lease_held, its place among the
+// resource's admitted waiters, the waitMs advised) and the workspace's
+// wakes at that ask. Only its own request writes it, with ws.mu held.
+//
+// The kernel lets the first claimant to ask after a resource frees have
+// it; if every held request woken by a release raced to ask, the winner
+// would be whichever goroutine ran first, and an admitted waiter could
+// lose that race many times in a row. So after a wake, the held requests
+// on a resource wait for the one nearest the head of its queue to ask
+// first (a strict order of places: the wait always ends); once it has,
+// the gate is open for the rest of that wake, whose order no longer
+// decides who holds the resource. Held requests are granted in queue
+// order.
+type heldAsk struct {
+	resource, actor string
+	asked           uint64
+	held            bool
+	place           int
+	waitMs          int64
+	// again is set when its ask found it was no longer its turn.
+	again bool
+}
+
+// heldQueue is what a workspace keeps per resource with held requests:
+// how many, and the wake whose head has asked.
+type heldQueue struct {
+	n    int
+	gate uint64
+}
+
+func (ws *workspace) addHeldLocked(h *heldAsk) {
+	if ws.held == nil {
+		ws.held = map[*heldAsk]struct{}{}
+		ws.heldQueues = map[string]*heldQueue{}
+		ws.turn.L = &ws.mu
+	}
+	h.asked = ws.wakes
+	ws.held[h] = struct{}{}
+	q := ws.heldQueues[h.resource]
+	if q == nil {
+		q = &heldQueue{gate: ws.wakes}
+		ws.heldQueues[h.resource] = q
+	}
+	q.n++
+}
+
+func (ws *workspace) removeHeldLocked(h *heldAsk) {
+	delete(ws.held, h)
+	q := ws.heldQueues[h.resource]
+	if q.n--; q.n == 0 {
+		delete(ws.heldQueues, h.resource)
+	}
+	ws.turn.Broadcast()
+}
+
+// awaitTurnLocked returns once h may ask: its resource's gate is open
+// for the last wake, or no held request ahead of h there has yet to ask
+// since it (ws.mu held; released while it waits).
+func (ws *workspace) awaitTurnLocked(h *heldAsk) {
+	for !ws.mayAskLocked(h) {
+		ws.turn.Wait()
+	}
+}
+
+func (ws *workspace) mayAskLocked(h *heldAsk) bool {
+	return ws.heldQueues[h.resource].gate >= ws.wakes || !ws.aheadLocked(h)
+}
+
+func (ws *workspace) aheadLocked(h *heldAsk) bool {
+	for o := range ws.held {
+		if o != h && o.resource == h.resource && o.place < h.place && o.asked < ws.wakes {
+			return true
+		}
+	}
+	return false
+}
+
+// askedLocked records h's ask and its answer res: its new place in the
+// queue (ws.mu held).
+func (ws *workspace) askedLocked(h *heldAsk, res kernel.Result) {
+	if q := ws.heldQueues[h.resource]; !ws.aheadLocked(h) {
+		q.gate = ws.wakes // h was the head: the rest need not wait
+	}
+	h.asked = ws.wakes
+	h.held, h.place, h.waitMs = false, notAdmitted, 0
+	if res.Status == 409 && bytes.Contains(res.Answer, leaseHeldMark) {
+		var a heldAnswer
+		if json.Unmarshal(res.Answer, &a) == nil && a.Reason == kernel.ReasonLeaseHeld {
+			h.held = true
+			if a.Stampede != nil {
+				h.waitMs = a.Stampede.WaitMs
+				if i := slices.Index(a.Stampede.Admitted, h.actor); i >= 0 {
+					h.place = i
+				}
+			}
+		}
+	}
+	ws.turn.Broadcast()
 }
 
 // changedLocked is closed at ws's next change that may free a resource

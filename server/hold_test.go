@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -88,6 +89,40 @@ func TestHeldRequestGrantedOnRelease(t *testing.T) {
 	r := <-res
 	if r.status != 200 || field(t, r.body, "lease").(map[string]any)["holder"] != "did:example:waiter" {
 		t.Fatalf("held request after the release: %d %s; want the grant", r.status, r.body)
+	}
+}
+
+// Held requests are granted in queue order: after each release the
+// waiter that has waited longest gets the lease, never one that happened
+// to ask first. Ten waiters: the last two move up into the admitted eight
+// as those ahead of them are granted.
+func TestHeldRequestsGrantedInQueueOrder(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	holder := "did:example:holder"
+	if st, b := ts.lease("lock:q", holder); st != 200 {
+		t.Fatalf("setup: %d %s", st, b)
+	}
+	type granted struct {
+		i int
+		r heldResult
+	}
+	out := make(chan granted, 10)
+	for i := range 10 {
+		actor := fmt.Sprintf("did:example:waiter-%d", i)
+		res := ts.holdLease("lock:q", actor, "30000")
+		ts.untilWaiter(actor)
+		go func() { out <- granted{i, <-res} }()
+	}
+	for i := range 10 {
+		st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:q","actorDid":"`+holder+`"}`)
+		if st != 200 {
+			t.Fatalf("release by %s: %d %s", holder, st, b)
+		}
+		g := <-out
+		holder = fmt.Sprintf("did:example:waiter-%d", g.i)
+		if g.r.status != 200 || g.i != i {
+			t.Fatalf("after release %d: waiter %d answered %d %s; want waiter %d granted", i, g.i, g.r.status, g.r.body, i)
+		}
 	}
 }
 

@@ -47,6 +47,14 @@ type workspace struct {
 	// (resource + "\x00" + actorDid), which end that agent's hold.
 	holding  int
 	released map[string]uint64
+	// held are the requests held on ws with their places in their
+	// resources' queues; wakes counts the closings of changed; turn
+	// (on mu) is signalled when a held request asks or leaves. Woken
+	// held requests ask again in queue order (hold.go).
+	held       map[*heldAsk]struct{}
+	heldQueues map[string]*heldQueue
+	wakes      uint64
+	turn       sync.Cond
 
 	// gen rises when the machine in memory may differ from the disk (a
 	// failed commit, an engine failure); commands then wait for a reload.
