@@ -1,0 +1,57 @@
+package store
+
+import (
+	"testing"
+	"time"
+)
+
+// TestLogTrimHold: while a backup holds trimming, a snapshot trims
+// nothing; once the hold is released, or has lapsed, it trims again.
+func TestLogTrimHold(t *testing.T) {
+	s := open(t, t.TempDir(), Options{LogKeep: 10})
+	commit := func(from, to int64) {
+		var recs []Record
+		for i := from; i <= to; i++ {
+			recs = append(recs, Record{Workspace: 1, Seq: i, NowMs: i, Op: "acquire", Body: []byte("{}"), Status: 200})
+		}
+		recs[len(recs)-1].Snapshot = []byte("{}")
+		if err := s.Commit(recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := func() int64 {
+		t.Helper()
+		var n int64
+		if err := s.db.QueryRow(`SELECT min(seq) FROM log WHERE workspace_id = 1`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := s.HoldLogTrim(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.LogTrimHeld(); err != nil || !held {
+		t.Fatalf("held %v %v", held, err)
+	}
+	commit(1, 100)
+	if f := first(); f != 1 {
+		t.Fatalf("the log starts at %d while a backup holds trimming", f)
+	}
+	if err := s.ReleaseLogTrim(); err != nil {
+		t.Fatal(err)
+	}
+	commit(101, 200)
+	if f := first(); f != 191 {
+		t.Fatalf("after the release the log starts at %d, want 191 (10 kept behind the snapshot at 200)", f)
+	}
+	if err := s.HoldLogTrim(-time.Second); err != nil { // a hold that has lapsed
+		t.Fatal(err)
+	}
+	if held, _ := s.LogTrimHeld(); held {
+		t.Fatal("a lapsed hold still holds")
+	}
+	commit(201, 300)
+	if f := first(); f != 291 {
+		t.Fatalf("with a lapsed hold the log starts at %d, want 291", f)
+	}
+}
