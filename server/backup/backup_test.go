@@ -17,10 +17,10 @@ import (
 
 // busyPlane starts a server on a new data folder that snapshots and trims
 // its log often, with clients granting and releasing until the test ends.
-func busyPlane(t *testing.T) (dir string, s *server.Server, key string, grants func() int) {
+func busyPlane(t testing.TB, snapEvery int, logKeep int64) (dir string, s *server.Server, key string, grants func() int) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "data")
-	s, err := server.New(server.Config{DataDir: dir, Engine: kernel.Native, Clock: time.Now, SnapshotEvery: 10, LogKeep: 5})
+	s, err := server.New(server.Config{DataDir: dir, Engine: kernel.Native, Clock: time.Now, SnapshotEvery: snapEvery, LogKeep: logKeep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func busyPlane(t *testing.T) (dir string, s *server.Server, key string, grants f
 // log row it still needs is there, and no event belongs to a command the
 // log lacks.
 func TestTakeUnderLoadIsConsistent(t *testing.T) {
-	dir, _, _, grants := busyPlane(t)
+	dir, _, _, grants := busyPlane(t, 10, 5)
 	ctx := context.Background()
 	for grants() < 100 {
 		time.Sleep(10 * time.Millisecond)
@@ -128,7 +128,7 @@ func TestTakeUnderLoadIsConsistent(t *testing.T) {
 // not empty, a clock that reads before the backup: each refused with an
 // error naming it, and nothing left behind.
 func TestRestoreRefusals(t *testing.T) {
-	dir, _, _, grants := busyPlane(t)
+	dir, _, _, grants := busyPlane(t, 10, 5)
 	ctx := context.Background()
 	for grants() < 20 {
 		time.Sleep(10 * time.Millisecond)
@@ -229,7 +229,7 @@ func TestRestoreRefusals(t *testing.T) {
 // raises the fence counter once, to the floor when that is higher, and
 // keeps it raised across a restart without raising it again.
 func TestRestoredPlaneRaisesFences(t *testing.T) {
-	dir, _, _, grants := busyPlane(t)
+	dir, _, _, grants := busyPlane(t, 10, 5)
 	ctx := context.Background()
 	for grants() < 20 {
 		time.Sleep(10 * time.Millisecond)
@@ -285,4 +285,29 @@ func copyTree(t *testing.T, from, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BenchmarkTakeUnderLoad takes backups of a plane under load (4
+// clients granting and releasing, the server's own snapshot and trim
+// policy) once it has logged 20,000 pairs; it reports the backup's size.
+func BenchmarkTakeUnderLoad(b *testing.B) {
+	dir, _, _, grants := busyPlane(b, 0, 0)
+	for grants() < 20000 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx := context.Background()
+	var size int64
+	i := 0
+	for b.Loop() {
+		m, err := Take(ctx, dir, filepath.Join(b.TempDir(), fmt.Sprint(i)), time.Now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		i++
+		size = 0
+		for _, f := range m.Files {
+			size += f.Size
+		}
+	}
+	b.ReportMetric(float64(size)/1e6, "MB")
 }
