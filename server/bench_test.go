@@ -1,11 +1,7 @@
 package server
 
 import (
-	"context"
 	"fmt"
-	"net/http/httptest"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,36 +35,10 @@ func reportCommits(b *testing.B, s *Server) {
 // its own resource, so commits are shared. (cmd/leaseplane's
 // BenchmarkServeCallPair measures Call alone, per engine.)
 func BenchmarkHandlerPair(b *testing.B) {
-	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	key, _, err := s.Bootstrap("bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var next atomic.Int64
-	h := s.Handler()
+	s, key := benchServer(b, Config{})
 	b.ReportAllocs()
 	b.SetParallelism(32)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := next.Add(1)
-		body := fmt.Sprintf(`{"resource":"lock:bench/%d","actorDid":"did:example:bench%d"}`, i, i)
-		for pb.Next() {
-			for _, path := range []string{RouteLease, RouteRelease} {
-				req := httptest.NewRequest("POST", path, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+key)
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, req)
-				if w.Code != 200 {
-					b.Fatalf("%s: %d %s", path, w.Code, w.Body)
-				}
-			}
-		}
-	})
-	b.StopTimer()
+	runPairs(b, s.Handler(), key)
 	reportCommits(b, s)
 }
 
@@ -94,10 +64,7 @@ func BenchmarkRestart(b *testing.B) {
 			end := time.UnixMilli(base + commands/100)
 			cfg := Config{DataDir: dir, Engine: kernel.Native, SnapshotEvery: 1 << 30,
 				Clock: func() time.Time { return end }, AfterFunc: func(time.Duration, func()) func() bool { return func() bool { return true } }}
-			s, err := New(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
+			s := mustNew(b, cfg)
 			if _, _, err := s.Bootstrap("bench"); err != nil {
 				b.Fatal(err)
 			}
@@ -136,10 +103,7 @@ func BenchmarkRestart(b *testing.B) {
 			crash(s)
 			b.ResetTimer()
 			for b.Loop() {
-				s, err := New(cfg)
-				if err != nil {
-					b.Fatal(err)
-				}
+				s := mustNew(b, cfg)
 				ws, err := s.workspace(1)
 				if err != nil {
 					b.Fatal(err)

@@ -43,14 +43,8 @@ func TestWallClockStepsMoveNoLease(t *testing.T) {
 	dir := t.TempDir()
 	clock := servertest.NewClock()
 	cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, Monotonic: clock.Monotonic, AfterFunc: clock.AfterFunc}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := s.Bootstrap("default")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, cfg)
+	key := mustBootstrap(t, s, "default")
 	const a, b = "did:example:a", "did:example:b"
 	st, got := acquireAs(t, s, key, "r", a)
 	if st != 200 {
@@ -88,10 +82,7 @@ func TestWallClockStepsMoveNoLease(t *testing.T) {
 	}
 
 	// A restart while the wall clock is still an hour behind the plane.
-	s2, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := mustNew(t, cfg)
 	defer s2.Shutdown(context.Background())
 	if st, got := acquireAs(t, s2, key, "q", a); st != 200 || got.Lease.GrantedAtMs < last {
 		t.Fatalf("after a restart with the wall clock 1 h behind: %d granted at %d, below the last stamp %d", st, got.Lease.GrantedAtMs, last)

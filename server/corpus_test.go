@@ -71,21 +71,15 @@ func replayOverREST(t *testing.T, file string) int {
 			break
 		}
 	}
-	srv, err := New(Config{
+	srv := mustNew(t, Config{
 		DataDir:    t.TempDir(),
 		Engine:     kernel.Native,
 		Clock:      clock.Now,
 		AfterFunc:  clock.AfterFunc,
 		FirstRules: s.Rules,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer srv.Shutdown(context.Background())
-	key, _, err := srv.Bootstrap("default")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := mustBootstrap(t, srv, "default")
 	ws, _, err := srv.Store().EnsureWorkspace("default", s.Rules, 0)
 	if err != nil {
 		t.Fatal(err)

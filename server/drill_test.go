@@ -30,10 +30,7 @@ func newDrillServer(t *testing.T, dir string, cfg Config) *drillServer {
 		cfg.Engine = kernel.Native
 	}
 	cfg.Clock = time.Now
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, cfg)
 	ds := &drillServer{t: t, s: s, dir: dir}
 	t.Cleanup(func() { s.Shutdown(context.Background()) })
 	key, created, err := s.Bootstrap("default")

@@ -209,15 +209,7 @@ func TestHeldRequestEndsOnOwnRelease(t *testing.T) {
 // the grant of a request held on the same resource (waitUpToMs=30000): the
 // latency a waiting agent sees, docs/BENCHMARKS.md "Waiting".
 func BenchmarkHeldGrantAfterRelease(b *testing.B) {
-	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	key, _, err := s.Bootstrap("bench")
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, key := benchServer(b, Config{})
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
 	post := func(path, body string) (int, string) {

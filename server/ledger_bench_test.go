@@ -1,16 +1,12 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/leaseplane/leaseplane/kernel"
 )
 
 // BenchmarkLedgerHandlerPair is BenchmarkHandlerPair with the signed
@@ -24,36 +20,10 @@ func BenchmarkLedgerHandlerPair(b *testing.B) {
 			name = "ledger=off"
 		}
 		b.Run(name, func(b *testing.B) {
-			s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now, NoLedger: noLedger})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Shutdown(context.Background())
-			key, _, err := s.Bootstrap("bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			var next atomic.Int64
-			h := s.Handler()
+			s, key := benchServer(b, Config{NoLedger: noLedger})
 			b.SetParallelism(32)
 			cpu0 := processCPU(b)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := next.Add(1)
-				body := fmt.Sprintf(`{"resource":"lock:bench/%d","actorDid":"did:example:bench%d"}`, i, i)
-				for pb.Next() {
-					for _, path := range []string{RouteLease, RouteRelease} {
-						req := httptest.NewRequest("POST", path, strings.NewReader(body))
-						req.Header.Set("Authorization", "Bearer "+key)
-						w := httptest.NewRecorder()
-						h.ServeHTTP(w, req)
-						if w.Code != 200 {
-							b.Fatalf("%s: %d %s", path, w.Code, w.Body)
-						}
-					}
-				}
-			})
-			b.StopTimer()
+			runPairs(b, s.Handler(), key)
 			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/pair")
 			reportCommits(b, s)
 		})
@@ -75,15 +45,7 @@ func processCPU(b *testing.B) time.Duration {
 // ledger's writer to append the grant and signs a checkpoint that covers
 // it on demand.
 func BenchmarkLedgerReceiptOfNewGrant(b *testing.B) {
-	s, err := New(Config{DataDir: b.TempDir(), Engine: kernel.Native, Clock: time.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	key, _, err := s.Bootstrap("bench")
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, key := benchServer(b, Config{})
 	h := s.Handler()
 	var grant, receipt time.Duration
 	b.ResetTimer()

@@ -20,16 +20,11 @@ import (
 func newRetentionServer(t *testing.T) *testServer {
 	t.Helper()
 	ts := &testServer{t: t, clock: servertest.NewClock(), dir: t.TempDir()}
-	s, err := New(Config{DataDir: ts.dir, Engine: kernel.Native, Clock: ts.clock.Now, AfterFunc: ts.clock.AfterFunc,
+	s := mustNew(t, Config{DataDir: ts.dir, Engine: kernel.Native, Clock: ts.clock.Now, AfterFunc: ts.clock.AfterFunc,
 		LedgerRetention: time.Hour, LedgerRetainEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts.s = s
 	t.Cleanup(func() { s.Shutdown(context.Background()) })
-	if ts.key, _, err = s.Bootstrap("default"); err != nil {
-		t.Fatal(err)
-	}
+	ts.key = mustBootstrap(t, s, "default")
 	return ts
 }
 
@@ -55,16 +50,8 @@ func (ts *testServer) checkpointOf(vkey string) kledger.Checkpoint {
 // from before and after still check, and checkpoints still sign.
 func TestLedgerRetention(t *testing.T) {
 	ts := newRetentionServer(t)
-	w, err := ts.s.Store().WorkspaceByName("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentKey, _, err := ts.s.Store().CreateKey(w, store.RoleAgent, "did:example:one", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, vk := ts.ledgerGet(ts.key, "key")
-	vkey := strings.TrimSpace(string(vk))
+	agentKey := ts.newKey(store.RoleAgent, "did:example:one", 1)
+	vkey := ts.verifierKey()
 	grant := func(res, actor string) string {
 		t.Helper()
 		st, b := ts.lease(res, actor)
@@ -183,7 +170,7 @@ func TestLedgerRetention(t *testing.T) {
 	if st, b := ts.ledgerGet(ts.key, "receipt?leaseId="+fresh); st != 200 {
 		t.Errorf("receipt of an old entry no export covered: %d %s", st, b)
 	}
-	if r, err := ts.s.Store().LedgerRetentionOf(context.Background(), w.ID); err != nil || r != (store.LedgerRetention{Exported: 2, Dropped: 2}) {
+	if r, err := ts.s.Store().LedgerRetentionOf(context.Background(), ts.defaultWorkspace().ID); err != nil || r != (store.LedgerRetention{Exported: 2, Dropped: 2}) {
 		t.Errorf("retention marks %+v (%v), want exported 2, dropped 2", r, err)
 	}
 }

@@ -130,16 +130,9 @@ func checkReceipt(t *testing.T, receipt []byte, vkey string) kledger.Verified {
 // consistent.
 func TestLedgerRecordsEveryChange(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())
-	w, err := ts.s.Store().WorkspaceByName("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opKey, _, err := ts.s.Store().CreateKey(w, store.RoleOperator, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, vkey := ts.ledgerGet(ts.key, "key")
-	vk := strings.TrimSpace(string(vkey))
+	w := ts.defaultWorkspace()
+	opKey := ts.newKey(store.RoleOperator, "", 1)
+	vk := ts.verifierKey()
 	if !strings.HasPrefix(vk, "leaseplane/default+") {
 		t.Fatalf("verifier key %q", vk)
 	}

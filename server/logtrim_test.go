@@ -24,7 +24,7 @@ func TestLogTrimmedBehindSnapshotAndLedger(t *testing.T) {
 	clock := servertest.NewClock()
 	var ledgerDown atomic.Bool
 	start := func() *Server {
-		s, err := New(Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,
+		s := mustNew(t, Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,
 			SnapshotEvery: snapEvery, LogKeep: keep,
 			LedgerFault: func() error {
 				if ledgerDown.Load() {
@@ -32,16 +32,10 @@ func TestLogTrimmedBehindSnapshotAndLedger(t *testing.T) {
 				}
 				return nil
 			}})
-		if err != nil {
-			t.Fatal(err)
-		}
 		return s
 	}
 	s := start()
-	key, _, err := s.Bootstrap("default")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := mustBootstrap(t, s, "default")
 	ctx := context.Background()
 	pairs := 0
 	run := func(n int) {
@@ -86,17 +80,7 @@ func TestLogTrimmedBehindSnapshotAndLedger(t *testing.T) {
 	}
 	state := func() string {
 		t.Helper()
-		ws, err := s.workspace(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws.mu.Lock()
-		defer ws.mu.Unlock()
-		b, err := ws.eng.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
+		return string(engineSnapshot(t, s, 1))
 	}
 	caughtUp := func() int64 {
 		t.Helper()

@@ -35,14 +35,7 @@ func TestOpenAPI(t *testing.T) {
 	paths := doc["paths"].(map[string]any)
 
 	ts := newTestServer(t, t.TempDir())
-	ws, err := ts.s.Store().WorkspaceByName("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	operator, _, err := ts.s.Store().CreateKey(ws, store.RoleOperator, "", ts.clock.Now().UnixMilli())
-	if err != nil {
-		t.Fatal(err)
-	}
+	operator := ts.newKey(store.RoleOperator, "", ts.clock.Now().UnixMilli())
 	patterns := ts.s.Patterns()
 
 	// Every route the server answers is documented, with its method.

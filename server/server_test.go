@@ -36,7 +36,7 @@ type testServer struct {
 func newTestServer(t *testing.T, dir string) *testServer {
 	t.Helper()
 	ts := &testServer{t: t, clock: servertest.NewClock(), dir: dir}
-	s, err := New(Config{
+	s := mustNew(t, Config{
 		DataDir:   dir,
 		Engine:    kernel.Native,
 		Clock:     ts.clock.Now,
@@ -54,9 +54,6 @@ func newTestServer(t *testing.T, dir string) *testServer {
 			return nil
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts.s = s
 	key, created, err := s.Bootstrap("default")
 	if err != nil {
@@ -303,14 +300,8 @@ func TestRestartRecovers(t *testing.T) {
 		dir := t.TempDir()
 		clock := servertest.NewClock()
 		cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc, SnapshotEvery: snapEvery}
-		s, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, _, err := s.Bootstrap("default")
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, cfg)
+		key := mustBootstrap(t, s, "default")
 		ctx := context.Background()
 		for i, r := range []string{"a", "b", "c", "d", "e"} {
 			clock.Advance(time.Duration(i) * time.Millisecond)
@@ -338,10 +329,7 @@ func TestRestartRecovers(t *testing.T) {
 		s.events.stop()
 		s.store.Close()
 		s.unlock() // the OS drops a dead process's lock
-		s2, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s2 := mustNew(t, cfg)
 		if _, snapSeq, recs, err := s2.store.Load(ctx, 1); err != nil || (snapEvery == 3) != (snapSeq > 0) || len(recs) == 0 {
 			t.Fatalf("snapshot every %d: snapshot at %d, %d commands after it, %v", snapEvery, snapSeq, len(recs), err)
 		}
@@ -360,16 +348,7 @@ func TestRestartRecovers(t *testing.T) {
 // deadlock pairs, trust and suspensions.
 func snapshotOf(t *testing.T, s *Server) []byte {
 	t.Helper()
-	ws, err := s.workspace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	b, err := ws.eng.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := engineSnapshot(t, s, 1)
 	for _, must := range []string{`"did:example:x":0.5`, `"waiters":[{`, `"suspended":["did:example:w"]`} {
 		if !bytes.Contains(b, []byte(must)) {
 			t.Fatalf("the test's state lacks %s: %s", must, b)
@@ -441,10 +420,7 @@ func TestDataDirLocked(t *testing.T) {
 	dir := t.TempDir()
 	clock := servertest.NewClock()
 	cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, cfg)
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "in use by another leaseplane serve") {
 		t.Fatalf("second server on one folder: %v", err)
 	}
@@ -489,10 +465,7 @@ func (e panickyEngine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Res
 // leaves no trace.
 func TestEngineFailure(t *testing.T) {
 	clock := servertest.NewClock()
-	s, err := New(Config{DataDir: t.TempDir(), Engine: panicky{}, Clock: clock.Now, AfterFunc: clock.AfterFunc})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, Config{DataDir: t.TempDir(), Engine: panicky{}, Clock: clock.Now, AfterFunc: clock.AfterFunc})
 	defer s.Shutdown(context.Background())
 	key, _, _ := s.Bootstrap("default")
 	ctx := context.Background()
@@ -559,16 +532,13 @@ func TestGroupCommit(t *testing.T) {
 	clock := servertest.NewClock()
 	var commits atomic.Int32 // set to 1 after Bootstrap, which logs no command
 	hold := make(chan struct{})
-	s, err := New(Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,
+	s := mustNew(t, Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,
 		CommitFault: func() error {
 			if commits.Add(1) == 2 { // the first command's commit
 				<-hold
 			}
 			return nil
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s.Shutdown(context.Background())
 	key, _, _ := s.Bootstrap("default")
 	commits.Store(1)
@@ -607,14 +577,8 @@ func TestClockOnlyCommandsNotLogged(t *testing.T) {
 	dir := t.TempDir()
 	clock := servertest.NewClock()
 	cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := s.Bootstrap("default")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, cfg)
+	key := mustBootstrap(t, s, "default")
 	ctx := context.Background()
 	logged := func(s *Server) int {
 		t.Helper()
@@ -679,10 +643,7 @@ func TestClockOnlyCommandsNotLogged(t *testing.T) {
 	s.events.stop()
 	s.store.Close()
 	s.unlock()
-	s2, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := mustNew(t, cfg)
 	defer s2.Shutdown(ctx)
 	if _, got, _ := s2.Call(ctx, key, kernel.OpWait, nil); !bytes.Equal(got, want) {
 		t.Errorf("wait after restart\n%s\nwant\n%s", got, want)

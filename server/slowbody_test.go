@@ -23,14 +23,8 @@ func listening(t *testing.T, cfg Config) (*Server, string, string) {
 	cfg.Engine = kernel.Native
 	cfg.Clock = clock.Now
 	cfg.AfterFunc = clock.AfterFunc
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := s.Bootstrap("default")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, cfg)
+	key := mustBootstrap(t, s, "default")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -27,14 +27,8 @@ func TestSnapshotDoesNotStallOtherCommits(t *testing.T) {
 				<-release
 			})
 		}}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyA, _, err := s.Bootstrap("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, cfg)
+	keyA := mustBootstrap(t, s, "a")
 	wb, _, err := s.store.EnsureWorkspace("b", nil, 0)
 	if err != nil {
 		t.Fatal(err)
