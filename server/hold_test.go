@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 func TestParseWaitUpTo(t *testing.T) {
@@ -215,23 +215,13 @@ func BenchmarkHeldGrantAfterRelease(b *testing.B) {
 	post := func(path, body string) (int, string) {
 		req, _ := http.NewRequest("POST", hs.URL+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
+		resp, raw := servertest.Send(b, req)
 		return resp.StatusCode, string(raw)
 	}
 	waiting := func(actor string) bool {
 		req, _ := http.NewRequest("GET", hs.URL+RouteWait, nil)
 		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
+		_, raw := servertest.Send(b, req)
 		return strings.Contains(string(raw), `"actorDid":"`+actor+`"`)
 	}
 	holder, waiter := "did:example:holder", "did:example:waiter"

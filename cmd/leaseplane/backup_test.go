@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -28,22 +27,13 @@ import (
 // the backup; a restore shown a checkpoint signed after the backup is
 // refused (the ledger would fork).
 func TestBackupRestoreUnderLoad(t *testing.T) {
-	bin := e2eBinary(t)
+	bin := servertest.Binary(t)
 	root := t.TempDir()
 	data, bk := filepath.Join(root, "data"), filepath.Join(root, "backup")
 	c := startChild(t, "native", data)
 	key := c.key
-	hc := &http.Client{Timeout: 10 * time.Second}
 	call := func(url, method, path, body string) (int, []byte, error) {
-		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
+		return loadCall(url, key, method, path, body)
 	}
 	fenceOf := func(b []byte) int64 {
 		var m struct{ Lease struct{ Fence int64 } }
@@ -62,34 +52,22 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 	var fences []int64 // every fence answered, in the order answered
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	const clients = 8
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			did := fmt.Sprintf("did:example:worker%d", i)
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				body := fmt.Sprintf(`{"resource":"lock:w%d-%d","actorDid":"%s"}`, i, n%4, did)
-				st, b, err := call(c.url, "POST", "/api/v1/acp/coordination/lease", body)
-				if err != nil {
-					return // killed
-				}
-				if st == 200 {
-					mu.Lock()
-					fences = append(fences, fenceOf(b))
-					mu.Unlock()
-					if _, _, err := call(c.url, "POST", "/api/v1/acp/coordination/release", body); err != nil {
-						return
-					}
-				}
+	runClients(&wg, 8, stop, func(i, n int) bool {
+		body := fmt.Sprintf(`{"resource":"lock:w%d-%d","actorDid":"did:example:worker%d"}`, i, n%4, i)
+		st, b, err := call(c.url, "POST", "/api/v1/acp/coordination/lease", body)
+		if err != nil {
+			return false // killed
+		}
+		if st == 200 {
+			mu.Lock()
+			fences = append(fences, fenceOf(b))
+			mu.Unlock()
+			if _, _, err := call(c.url, "POST", "/api/v1/acp/coordination/release", body); err != nil {
+				return false
 			}
-		}()
-	}
+		}
+		return true
+	})
 	grantsAtLeast := func(n int) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -180,12 +179,7 @@ func suspend(t *testing.T, p *testPlane, did string) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+p.operator)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := servertest.Send(t, req)
 	if resp.StatusCode != 200 {
 		t.Fatalf("suspend %s: HTTP %d %s", did, resp.StatusCode, body)
 	}

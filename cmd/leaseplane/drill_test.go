@@ -1,10 +1,11 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // startServe runs `leaseplane serve` on the real clock with extra flags
@@ -19,37 +20,10 @@ func startServe(t *testing.T, flags ...string) (url, operator string) {
 
 // startServeAt runs `leaseplane serve` on data; stop ends it (cleanup
 // does too). out is what it printed.
-func startServeAt(t *testing.T, data string, flags ...string) (url string, out *syncBuffer, stop func()) {
+func startServeAt(t *testing.T, data string, flags ...string) (url string, out *servertest.Buffer, stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errs := &syncBuffer{}, &syncBuffer{}
-	addr := make(chan string, 1)
-	done := make(chan int, 1)
-	args := append([]string{"--addr", "127.0.0.1:0", "--data", data, "--log-level", "warn"}, flags...)
-	go func() {
-		done <- serve(ctx, args, out, errs, serveEnv{clock: time.Now, ready: func(a string) { addr <- a }})
-	}()
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case code := <-done:
-		t.Fatalf("serve exited %d: %s", code, errs)
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve did not start listening within 60 s")
-	}
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d: %s", code, errs)
-		}
-	}
-	t.Cleanup(stop)
-	return url, out, stop
+	s := serveInProcess(t, append([]string{"--addr", "127.0.0.1:0", "--data", data, "--log-level", "warn"}, flags...), serveEnv{clock: time.Now})
+	return s.url, s.out, s.stop
 }
 
 func TestDrillVerb(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,13 +18,14 @@ import (
 	"time"
 
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // runBin runs the built binary with env and returns its exit status, stdout
 // and stderr.
 func runBin(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(e2eBinary(t), args...)
+	cmd := exec.Command(servertest.Binary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -127,62 +127,38 @@ func TestLedgerKill9(t *testing.T) {
 	c := startChild(t, "native", data)
 	key := c.key
 	dir := t.TempDir()
-	hc := &http.Client{Timeout: 10 * time.Second}
-	post := func(path, body string) (int, map[string]any, error) {
-		req, _ := http.NewRequest("POST", c.url+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		err = json.NewDecoder(resp.Body).Decode(&m)
-		return resp.StatusCode, m, err
-	}
 	var mu sync.Mutex
 	granted := map[string]bool{}  // lease ids answered granted
 	released := map[string]bool{} // lease ids answered released
 	var receipts []string
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			did := fmt.Sprintf("did:example:w%d", i)
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				body := fmt.Sprintf(`{"resource":"lock:r%d","actorDid":"%s"}`, (i+n)%5, did)
-				st, m, err := post("/api/v1/acp/coordination/lease", body)
-				if err != nil {
-					return
-				}
-				if st != 200 {
-					continue
-				}
-				id := m["lease"].(map[string]any)["id"].(string)
-				mu.Lock()
-				granted[id] = true
-				mu.Unlock()
-				st, m, err = post("/api/v1/acp/coordination/release", body)
-				if err != nil {
-					return
-				}
-				if st == 200 {
-					mu.Lock()
-					for _, r := range m["releasedIds"].([]any) {
-						released[r.(string)] = true
-					}
-					mu.Unlock()
-				}
+	runClients(&wg, 8, stop, func(i, n int) bool {
+		body := fmt.Sprintf(`{"resource":"lock:r%d","actorDid":"did:example:w%d"}`, (i+n)%5, i)
+		st, m, err := loadPost(c.url, key, "/api/v1/acp/coordination/lease", body)
+		if err != nil {
+			return false
+		}
+		if st != 200 {
+			return true
+		}
+		id := m["lease"].(map[string]any)["id"].(string)
+		mu.Lock()
+		granted[id] = true
+		mu.Unlock()
+		st, m, err = loadPost(c.url, key, "/api/v1/acp/coordination/release", body)
+		if err != nil {
+			return false
+		}
+		if st == 200 {
+			mu.Lock()
+			for _, r := range m["releasedIds"].([]any) {
+				released[r.(string)] = true
 			}
-		}(i)
-	}
+			mu.Unlock()
+		}
+		return true
+	})
 	env := []string{"LEASEPLANE_URL=" + c.url, "LEASEPLANE_KEY=" + key}
 	// Receipts handed out under load, before the kill.
 	for start := time.Now(); len(receipts) < 3 && time.Since(start) < 30*time.Second; {

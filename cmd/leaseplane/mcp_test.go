@@ -2,46 +2,21 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // TestServeMountsMCP starts serve in-process and checks that /mcp answers:
 // 401 without a key, an MCP initialize result with the bootstrap key.
 func TestServeMountsMCP(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	var stdout, stderr mcpTestBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- serve(ctx, []string{"--addr", "127.0.0.1:0", "--data", t.TempDir(), "--log-level", "warn"}, &stdout, &stderr,
-			serveEnv{clock: time.Now, ready: func(a string) { addrc <- a }})
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case code := <-done:
-		t.Fatalf("serve exited %d: %s", code, stderr.String())
-	}
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exit %d: %s", code, stderr.String())
-		}
-	}()
-	var key string
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if k, ok := strings.CutPrefix(line, "export LEASEPLANE_KEY="); ok {
-			key = k
-		}
-	}
+	s := serveInProcess(t, []string{"--addr", "127.0.0.1:0", "--data", t.TempDir(), "--log-level", "warn"}, serveEnv{clock: time.Now})
+	key := s.key
 	if key == "" {
-		t.Fatalf("no bootstrap key in serve's output:\n%s", stdout.String())
+		t.Fatalf("no bootstrap key in serve's output:\n%s", s.out)
 	}
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}`
 	for _, c := range []struct {
@@ -52,18 +27,13 @@ func TestServeMountsMCP(t *testing.T) {
 		{"", http.StatusUnauthorized, `"reason":"unauthorized"`},
 		{key, http.StatusOK, `"serverInfo":{"name":"leaseplane"`},
 	} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+MCPPath, strings.NewReader(initialize))
+		req, _ := http.NewRequest(http.MethodPost, s.url+MCPPath, strings.NewReader(initialize))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if c.key != "" {
 			req.Header.Set("Authorization", "Bearer "+c.key)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := servertest.Send(t, req)
 		if resp.StatusCode != c.status || !strings.Contains(string(body), c.contains) {
 			t.Errorf("POST %s with key %q: %d %s, want %d containing %s", MCPPath, c.key, resp.StatusCode, body, c.status, c.contains)
 		}
@@ -92,22 +62,4 @@ func TestMCPUsage(t *testing.T) {
 			t.Errorf("mcp %v: stderr %q, want the usage", args, stderr.String())
 		}
 	}
-}
-
-// mcpTestBuffer is a bytes.Buffer safe for the serve goroutine and the test.
-type mcpTestBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *mcpTestBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *mcpTestBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

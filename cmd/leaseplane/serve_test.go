@@ -32,61 +32,56 @@ import (
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// syncBuffer is a bytes.Buffer safe for one writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // e2eServer is `leaseplane serve` running in this process.
 type e2eServer struct {
 	t      *testing.T
+	addr   string // where it listens
 	url    string
 	key    string // the first-start key, when this start made it
 	data   string
 	clock  *servertest.Clock
 	cancel context.CancelFunc
 	done   chan int
-	out    *syncBuffer
-	errs   *syncBuffer
+	out    *servertest.Buffer
+	errs   *servertest.Buffer
 }
 
-func e2eStart(t *testing.T, engine, data string, clock *servertest.Clock) *e2eServer {
+// serveInProcess runs serve with args and env (its ready set here) in this
+// process, until stop or the end of the test; it returns once serve
+// listens, with the URL and the first-start key it printed.
+func serveInProcess(t *testing.T, args []string, env serveEnv) *e2eServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &e2eServer{t: t, data: data, clock: clock, cancel: cancel, done: make(chan int, 1),
-		out: &syncBuffer{}, errs: &syncBuffer{}}
+	s := &e2eServer{t: t, cancel: cancel, done: make(chan int, 1), out: &servertest.Buffer{}, errs: &servertest.Buffer{}}
 	addr := make(chan string, 1)
-	go func() {
-		s.done <- serve(ctx, []string{"--addr", "127.0.0.1:0", "--data", data, "--engine", engine, "--log-level", "warn"},
-			s.out, s.errs, serveEnv{clock: clock.Now, afterFunc: clock.AfterFunc, ready: func(a string) { addr <- a }})
-	}()
+	env.ready = func(a string) { addr <- a }
+	go func() { s.done <- serve(ctx, args, s.out, s.errs, env) }()
 	select {
-	case a := <-addr:
-		s.url = "http://" + a
+	case s.addr = <-addr:
 	case code := <-s.done:
+		cancel()
 		t.Fatalf("serve exited %d before listening: %s", code, s.errs)
 	case <-time.After(60 * time.Second):
+		cancel()
 		t.Fatal("serve did not start listening within 60 s")
 	}
+	s.url = "http://" + s.addr
 	for _, line := range strings.Split(s.out.String(), "\n") {
-		if k, ok := strings.CutPrefix(line, "export LEASEPLANE_KEY="); ok {
-			s.key = k
+		if u, ok := strings.CutPrefix(line, "export LEASEPLANE_URL="); ok {
+			s.url = u
 		}
 	}
+	s.key = servertest.FirstStartKey(s.out.String())
 	t.Cleanup(s.stop)
+	return s
+}
+
+// e2eStart runs serve on data with engine and clock.
+func e2eStart(t *testing.T, engine, data string, clock *servertest.Clock) *e2eServer {
+	t.Helper()
+	s := serveInProcess(t, []string{"--addr", "127.0.0.1:0", "--data", data, "--engine", engine, "--log-level", "warn"},
+		serveEnv{clock: clock.Now, afterFunc: clock.AfterFunc})
+	s.data, s.clock = data, clock
 	return s
 }
 
@@ -120,12 +115,7 @@ func e2eDo(t *testing.T, method, url, key, body string) e2eAnswer {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	resp, raw := servertest.Send(t, req)
 	a := e2eAnswer{status: resp.StatusCode, header: resp.Header, raw: raw}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		if err := json.Unmarshal(raw, &a.m); err != nil {
@@ -393,31 +383,6 @@ func TestServeLapseWithoutTraffic(t *testing.T) {
 	}
 }
 
-var (
-	serveBinOnce sync.Once
-	serveBin     string
-	serveBinErr  error
-)
-
-func e2eBinary(t *testing.T) string {
-	t.Helper()
-	serveBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leaseplane-serve-bin")
-		if err != nil {
-			serveBinErr = err
-			return
-		}
-		serveBin = filepath.Join(dir, "leaseplane")
-		cmd := exec.Command("go", "build", "-o", serveBin, ".")
-		cmd.Stderr = os.Stderr
-		serveBinErr = cmd.Run()
-	})
-	if serveBinErr != nil {
-		t.Fatal(serveBinErr)
-	}
-	return serveBin
-}
-
 // child is `leaseplane serve` as a separate process.
 type child struct {
 	cmd      *exec.Cmd
@@ -426,7 +391,7 @@ type child struct {
 
 func startChild(t *testing.T, engine, data string) *child {
 	t.Helper()
-	cmd := exec.Command(e2eBinary(t), "serve", "--addr", "127.0.0.1:0", "--data", data, "--engine", engine, "--log-level", "warn")
+	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data", data, "--engine", engine, "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -453,6 +418,56 @@ func startChild(t *testing.T, engine, data string) *child {
 	}
 	go io.Copy(io.Discard, out)
 	return c
+}
+
+// loadClient is the load tests' HTTP client: a request to a killed server
+// fails in bounded time.
+var loadClient = &http.Client{Timeout: 10 * time.Second}
+
+// loadCall sends body to url+path with key, as a load test's client does:
+// a failed exchange is returned, not fatal, for the server may be dying.
+func loadCall(url, key, method, path, body string) (int, []byte, error) {
+	req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := loadClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// loadPost is loadCall of a POST answered with a JSON object.
+func loadPost(url, key, path, body string) (int, map[string]any, error) {
+	st, b, err := loadCall(url, key, "POST", path, body)
+	var m map[string]any
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	return st, m, err
+}
+
+// runClients starts n load clients, counted in wg, until stop closes:
+// client i calls step(i, k) for k = 0, 1, ... until it returns false (the
+// server is gone).
+func runClients(wg *sync.WaitGroup, n int, stop <-chan struct{}, step func(i, k int) bool) {
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if !step(i, k) {
+					return
+				}
+			}
+		}()
+	}
 }
 
 type grant struct {
@@ -499,23 +514,14 @@ func stopUnderLoad(t *testing.T, engine string, sig syscall.Signal) {
 	states := make([]clientState, clients)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	hc := &http.Client{Timeout: 10 * time.Second}
 	post := func(path, body string) (int, map[string]any, error) {
-		req, _ := http.NewRequest("POST", c.url+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		err = json.NewDecoder(resp.Body).Decode(&m)
-		if resp.StatusCode >= 500 {
+		st, m, err := loadPost(c.url, key, path, body)
+		if st >= 500 {
 			mu.Lock()
 			fivexx++
 			mu.Unlock()
 		}
-		return resp.StatusCode, m, err
+		return st, m, err
 	}
 	// Grants that are never released: each must survive the kill.
 	var holds []grant
@@ -528,52 +534,42 @@ func stopUnderLoad(t *testing.T, engine string, sig syscall.Signal) {
 		l := m["lease"].(map[string]any)
 		holds = append(holds, grant{res, did, l["id"].(string), int64(l["fence"].(float64))})
 	}
-	for i := 0; i < clients; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			did := fmt.Sprintf("did:example:worker%d", i)
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				res := fmt.Sprintf("lock:r%d", (i+n)%resources)
-				body := `{"resource":"` + res + `","actorDid":"` + did + `"}`
-				mu.Lock()
-				states[i].inflight, states[i].inflRes = "acquire", res
-				mu.Unlock()
-				st, m, err := post("/api/v1/acp/coordination/lease", body)
-				if err != nil {
-					return // the server is gone; the request stays in flight
-				}
-				mu.Lock()
-				states[i].inflight = ""
-				if st == 200 {
-					l := m["lease"].(map[string]any)
-					g := grant{res, did, l["id"].(string), int64(l["fence"].(float64))}
-					grants = append(grants, g)
-					states[i].lastGrant = &g
-					states[i].inflight, states[i].inflRes = "release", res
-				}
-				mu.Unlock()
-				if st != 200 {
-					continue
-				}
-				st, _, err = post("/api/v1/acp/coordination/release", body)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				states[i].inflight = ""
-				if st == 200 {
-					states[i].lastGrant = nil
-				}
-				mu.Unlock()
-			}
-		}(i)
-	}
+	runClients(&wg, clients, stop, func(i, n int) bool {
+		did := fmt.Sprintf("did:example:worker%d", i)
+		res := fmt.Sprintf("lock:r%d", (i+n)%resources)
+		body := `{"resource":"` + res + `","actorDid":"` + did + `"}`
+		mu.Lock()
+		states[i].inflight, states[i].inflRes = "acquire", res
+		mu.Unlock()
+		st, m, err := post("/api/v1/acp/coordination/lease", body)
+		if err != nil {
+			return false // the server is gone; the request stays in flight
+		}
+		mu.Lock()
+		states[i].inflight = ""
+		if st == 200 {
+			l := m["lease"].(map[string]any)
+			g := grant{res, did, l["id"].(string), int64(l["fence"].(float64))}
+			grants = append(grants, g)
+			states[i].lastGrant = &g
+			states[i].inflight, states[i].inflRes = "release", res
+		}
+		mu.Unlock()
+		if st != 200 {
+			return true
+		}
+		st, _, err = post("/api/v1/acp/coordination/release", body)
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		states[i].inflight = ""
+		if st == 200 {
+			states[i].lastGrant = nil
+		}
+		mu.Unlock()
+		return true
+	})
 	// Stop once the load has run a while: at least 1 s and 200 grants, at
 	// most 10 s (a slow machine).
 	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
@@ -621,7 +617,7 @@ func stopUnderLoad(t *testing.T, engine string, sig syscall.Signal) {
 	c = c2
 	req, _ := http.NewRequest("GET", c.url+"/api/v1/acp/coordination/wait", nil)
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := hc.Do(req)
+	resp, err := loadClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -752,12 +748,7 @@ func TestServeBadInput(t *testing.T) {
 				if auth != "" {
 					req.Header.Set("Authorization", auth)
 				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatalf("%s: %v", c.Name, err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				resp, b := servertest.Send(t, req)
 				var m map[string]any
 				if err := json.Unmarshal(b, &m); err != nil {
 					t.Errorf("%s: body is not JSON: %s", c.Name, b)
@@ -826,7 +817,7 @@ func TestServePortInUse(t *testing.T) {
 	}
 	defer busy.Close()
 	data := filepath.Join(t.TempDir(), "data")
-	var out, errs syncBuffer
+	var out, errs servertest.Buffer
 	code := serve(context.Background(), []string{"--addr", busy.Addr().String(), "--data", data},
 		&out, &errs, serveEnv{clock: servertest.NewClock().Now})
 	if code != 1 {
@@ -856,26 +847,11 @@ func TestServeEnvironment(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "fromenv")
 	t.Setenv("LEASEPLANE_ADDR", "127.0.0.1:0")
 	t.Setenv("LEASEPLANE_DATA", data)
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan int, 1)
-	var out, errs syncBuffer
-	go func() {
-		done <- serve(ctx, []string{"--log-level", "warn"}, &out, &errs,
-			serveEnv{clock: servertest.NewClock().Now, ready: func(a string) { addr <- a }})
-	}()
-	select {
-	case a := <-addr:
-		if !strings.Contains(out.String(), "serving on http://"+a) {
-			t.Errorf("stdout does not name the address it listens on (%s):\n%s", a, out.String())
-		}
-	case code := <-done:
-		t.Fatalf("serve exited %d: %s", code, errs.String())
+	s := serveInProcess(t, []string{"--log-level", "warn"}, serveEnv{clock: servertest.NewClock().Now})
+	if !strings.Contains(s.out.String(), "serving on http://"+s.addr) {
+		t.Errorf("stdout does not name the address it listens on (%s):\n%s", s.addr, s.out)
 	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("serve exited %d: %s", code, errs.String())
-	}
+	s.stop()
 	if _, err := os.Stat(filepath.Join(data, "leaseplane.db")); err != nil {
 		t.Errorf("LEASEPLANE_DATA was not used: %v", err)
 	}

@@ -77,7 +77,7 @@ func TestServeMountsThePages(t *testing.T) {
 // TestSitePreviewServesThePages runs `site --listen 127.0.0.1:0` (it
 // serves until the process ends) and fetches a page from it.
 func TestSitePreviewServesThePages(t *testing.T) {
-	out := &syncBuffer{}
+	out := &servertest.Buffer{}
 	go run([]string{"site", "--listen", "127.0.0.1:0"}, nil, out, io.Discard)
 	var url string
 	for i := 0; i < 200 && url == ""; i++ {

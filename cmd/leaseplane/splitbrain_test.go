@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // TestSplitBrain starts two servers from copies of one data folder, as an
@@ -18,12 +20,7 @@ import (
 func TestSplitBrain(t *testing.T) {
 	d1 := filepath.Join(t.TempDir(), "data")
 	_, out, stop := startServeAt(t, d1)
-	var key string
-	for _, line := range strings.Split(out.String(), "\n") {
-		if k, ok := strings.CutPrefix(line, "export LEASEPLANE_KEY="); ok {
-			key = k
-		}
-	}
+	key := servertest.FirstStartKey(out.String())
 	if key == "" {
 		t.Fatalf("no first-start key in %q", out.String())
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -54,32 +53,11 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 
 // startServeArgs runs serve in this process with args and returns its
 // printed URL, its key, its stderr and a stop function.
-func startServeArgs(t *testing.T, args ...string) (url, key string, errs *syncBuffer, stop func()) {
+func startServeArgs(t *testing.T, args ...string) (url, key string, errs *servertest.Buffer, stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errs := &syncBuffer{}, &syncBuffer{}
 	clock := servertest.NewClock()
-	ready, done := make(chan string, 1), make(chan int, 1)
-	go func() {
-		done <- serve(ctx, args, out, errs, serveEnv{clock: clock.Now, afterFunc: clock.AfterFunc, ready: func(a string) { ready <- a }})
-	}()
-	select {
-	case <-ready:
-	case code := <-done:
-		cancel()
-		t.Fatalf("serve exited %d: %s", code, errs)
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve did not start")
-	}
-	for _, line := range strings.Split(out.String(), "\n") {
-		if u, ok := strings.CutPrefix(line, "export LEASEPLANE_URL="); ok {
-			url = u
-		}
-		if k, ok := strings.CutPrefix(line, "export LEASEPLANE_KEY="); ok {
-			key = k
-		}
-	}
-	return url, key, errs, func() { cancel(); <-done }
+	s := serveInProcess(t, args, serveEnv{clock: clock.Now, afterFunc: clock.AfterFunc})
+	return s.url, s.key, s.errs, s.stop
 }
 
 // TestServeTLS: with --tls-cert and --tls-key the plane answers HTTPS only,

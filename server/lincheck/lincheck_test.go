@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 var (
@@ -403,34 +404,8 @@ func (p *plane) url() string {
 	return "http://" + p.addr
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lincheck-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "leaseplane")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/leaseplane/leaseplane/cmd/leaseplane").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/leaseplane: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
 func startPlane(t *testing.T, fault string) *plane {
-	p := &plane{bin: binary(t), data: t.TempDir(), fault: fault, addr: "127.0.0.1:0"}
+	p := &plane{bin: servertest.Binary(t), data: t.TempDir(), fault: fault, addr: "127.0.0.1:0"}
 	p.start(t)
 	t.Cleanup(func() { p.kill(t) })
 	return p

@@ -2,10 +2,11 @@ package mcp
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // post sends one raw JSON-RPC body to the real plane's /mcp.
@@ -21,12 +22,7 @@ func post(t *testing.T, url, key, contentType, accept, body string) (int, http.H
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := servertest.Send(t, req)
 	return resp.StatusCode, resp.Header, b
 }
 
@@ -86,12 +82,7 @@ func TestMCPKeepsTheRESTContract(t *testing.T) {
 				// reset before the answer, so ask first, as large uploads do.
 				req.Header.Set("Expect", "100-continue")
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, b := servertest.Send(t, req)
 			var v struct {
 				OK     *bool  `json:"ok"`
 				Reason string `json:"reason"`
@@ -115,12 +106,7 @@ func TestMCPKeepsTheRESTContract(t *testing.T) {
 			body := `{"resource":"` + name + `","actorDid":"did:web:acme.example:agent:a"}`
 			req, _ := http.NewRequest(http.MethodPost, p.url+"/api/v1/acp/coordination/lease", strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+p.wsKey)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rest, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, rest := servertest.Send(t, req)
 			if resp.StatusCode != 400 {
 				t.Fatalf("REST %q: %d %s; want 400", name, resp.StatusCode, rest)
 			}

@@ -16,6 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 const (
@@ -431,12 +432,7 @@ func TestHTTPAuth(t *testing.T) {
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := servertest.Send(t, req)
 		var v map[string]any
 		if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &v) != nil || v["reason"] != "unauthorized" ||
 			!strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
@@ -452,12 +448,7 @@ func TestHTTPAuth(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Authorization", "bearer "+wsKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := servertest.Send(t, req)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"leaseplane"`) {
 		t.Errorf("initialize with a key: %d %s", resp.StatusCode, body)
 	}
@@ -593,12 +584,7 @@ func TestHTTPBehindAProxy(t *testing.T) {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
 	req.Header.Set("Authorization", "Bearer "+wsKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := servertest.Send(t, req)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `\"queues\":[]`) {
 		t.Errorf("via a proxy: %d %s, want 200 with the queues", resp.StatusCode, body)
 	}
