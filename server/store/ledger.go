@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -43,11 +44,12 @@ CREATE TABLE IF NOT EXISTS bodies(
 	written_ms INTEGER NOT NULL,
 	data BLOB NOT NULL,
 	PRIMARY KEY(workspace_id, first));
-CREATE TABLE IF NOT EXISTS grants(
+CREATE TABLE IF NOT EXISTS grant_index(
 	workspace_id INTEGER NOT NULL,
+	epoch INTEGER NOT NULL,
 	lease INTEGER NOT NULL,
 	idx INTEGER NOT NULL,
-	PRIMARY KEY(workspace_id, lease, idx)) WITHOUT ROWID;
+	PRIMARY KEY(workspace_id, epoch, lease, idx)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS retention(
 	workspace_id INTEGER PRIMARY KEY,
 	exported INTEGER NOT NULL,
@@ -61,9 +63,9 @@ CREATE TRIGGER IF NOT EXISTS hashes_no_update BEFORE UPDATE ON hashes
 	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS hashes_no_delete BEFORE DELETE ON hashes
 	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS grants_no_update BEFORE UPDATE ON grants
+CREATE TRIGGER IF NOT EXISTS grant_index_no_update BEFORE UPDATE ON grant_index
 	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS grants_no_delete BEFORE DELETE ON grants
+CREATE TRIGGER IF NOT EXISTS grant_index_no_delete BEFORE DELETE ON grant_index
 	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS bodies_no_update BEFORE UPDATE ON bodies
 	BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
@@ -153,7 +155,8 @@ const (
 	qBodyRow  = `SELECT first FROM bodies WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
 	qBodyRows = `SELECT first, data FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ? ORDER BY first`
 	qDropped  = `SELECT dropped FROM retention WHERE workspace_id = ?`
-	qGrant    = `SELECT idx FROM grants WHERE workspace_id = ? AND lease = ? ORDER BY idx DESC LIMIT 1`
+	qGrant    = `SELECT idx FROM grant_index WHERE workspace_id = ? AND epoch = ? AND lease = ? ORDER BY idx DESC LIMIT 1`
+	qEpoch    = `SELECT max(epoch) FROM grant_index WHERE workspace_id = ?`
 )
 
 // LedgerPos reads a workspace's ledger position (zero when it has none).
@@ -211,22 +214,25 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 		}
 	}
 	// In key order: the look-up rows land in the index's pages one after
-	// the other, not at random.
+	// the other, not at random; and all in the newest epoch's part of the
+	// index, so a write touches a bounded number of its pages however large
+	// the ledger grows.
 	slices.SortFunc(grants, func(a, b grantRow) int {
-		return cmp.Or(cmp.Compare(a.ws, b.ws), cmp.Compare(a.lease, b.lease), cmp.Compare(a.idx, b.idx))
+		return cmp.Or(cmp.Compare(a.ws, b.ws), cmp.Compare(a.idx>>epochBits, b.idx>>epochBits),
+			cmp.Compare(a.lease, b.lease), cmp.Compare(a.idx, b.idx))
 	})
-	args := make([]any, 0, 3*min(len(grants), rowsPerInsert))
+	args := make([]any, 0, 4*min(len(grants), rowsPerInsert))
 	for start := 0; start < len(grants); start += rowsPerInsert {
 		chunk := grants[start:min(start+rowsPerInsert, len(grants))]
-		q := `INSERT OR IGNORE INTO grants(workspace_id, lease, idx) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(chunk)), ", ")
+		q := `INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", len(chunk)), ", ")
 		st, err := s.stmt(s.ldb, &s.grantStmts, q, len(chunk))
 		if err != nil {
 			return err
 		}
 		args = args[:0]
 		for _, g := range chunk {
-			args = append(args, g.ws, g.lease, g.idx)
+			args = append(args, g.ws, g.idx>>epochBits, g.lease, g.idx)
 		}
 		if _, err := tx.Stmt(st).Exec(args...); err != nil {
 			return fmt.Errorf("store: write the ledger's grants: %w", err)
@@ -238,8 +244,14 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 	return nil
 }
 
-// grantRow is a row of the grants table: where a lease's grant is.
+// grantRow is a row of the grant index: where a lease's grant is.
 type grantRow struct{ ws, lease, idx int64 }
+
+// epochBits splits the grant index into epochs of 65,536 entries: it is
+// keyed by (workspace, epoch, lease id), so new grants (random lease ids)
+// land only among the newest epoch's rows, and a look-up asks each epoch,
+// newest first (a ledger of a million entries has 16).
+const epochBits = 16
 
 // insertChunks writes a's entries as rows of hashes and bodies, at most
 // maxChunk entries a row, and adds the grants' look-up rows to grants
@@ -283,7 +295,7 @@ func insertChunks(tx *sql.Tx, a LedgerAppend, grants *[]grantRow) error {
 }
 
 // leaseKey is the 64 bits of a kernel lease id ("lease_" and 16 hex
-// digits) that key the grants table; ok is false for any other string.
+// digits) that key the grant index; ok is false for any other string.
 func leaseKey(id string) (int64, bool) {
 	hex, ok := strings.CutPrefix(id, "lease_")
 	if !ok || len(hex) != 16 {
@@ -454,17 +466,30 @@ func (s *Store) LedgerLease(ctx context.Context, ws int64, leaseID string) (e Le
 	if !valid {
 		return e, false, nil
 	}
+	top, err := s.ledgerRead(qEpoch)
+	if err != nil {
+		return e, false, err
+	}
 	st, err := s.ledgerRead(qGrant)
 	if err != nil {
 		return e, false, err
 	}
-	var idx int64
-	err = st.QueryRowContext(ctx, ws, key).Scan(&idx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return e, false, nil
-	}
-	if err != nil {
+	var newest sql.NullInt64
+	if err := top.QueryRowContext(ctx, ws).Scan(&newest); err != nil {
 		return e, false, fmt.Errorf("store: find the grant of lease %s in workspace %d: %w", leaseID, ws, err)
+	}
+	idx := int64(-1)
+	for epoch := newest.Int64; newest.Valid && epoch >= 0 && idx < 0; epoch-- {
+		err = st.QueryRowContext(ctx, ws, epoch, key).Scan(&idx)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return e, false, fmt.Errorf("store: find the grant of lease %s in workspace %d: %w", leaseID, ws, err)
+		}
+	}
+	if idx < 0 {
+		return e, false, nil
 	}
 	es, err := s.LedgerEntries(ctx, ws, idx, 1)
 	if err != nil {
@@ -539,9 +564,33 @@ func (s *Store) LastSeq(ctx context.Context, ws int64) (int64, error) {
 }
 
 // migrateLedger moves a ledger.db written with one row per entry (an
-// entries table, before batches) into the hashes, bodies and grants
-// tables, in one transaction, and drops the old table.
+// entries table, before batches) into the hashes, bodies and grant_index
+// tables, in one transaction, and drops the old table; and a grants table
+// (a look-up without epochs, of builds between) into grant_index.
 func (s *Store) migrateLedger() error {
+	var g int
+	if err := s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'grants'`).Scan(&g); err != nil {
+		return fmt.Errorf("store: look for the ledger's old grants table: %w", err)
+	}
+	if g > 0 {
+		tx, err := s.ldb.Begin()
+		if err != nil {
+			return fmt.Errorf("store: begin moving the ledger's old grants table: %w", err)
+		}
+		defer tx.Rollback()
+		for _, q := range []string{
+			`INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) SELECT workspace_id, idx >> ` +
+				strconv.Itoa(epochBits) + `, lease, idx FROM grants`,
+			`DROP TRIGGER IF EXISTS grants_no_update`, `DROP TRIGGER IF EXISTS grants_no_delete`, `DROP TABLE grants`,
+		} {
+			if _, err := tx.Exec(q); err != nil {
+				return fmt.Errorf("store: move the ledger's old grants table: %w", err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("store: move the ledger's old grants table: %w", err)
+		}
+	}
 	var n int
 	if err := s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'entries'`).Scan(&n); err != nil {
 		return fmt.Errorf("store: look for the ledger's old entries table: %w", err)
@@ -596,7 +645,8 @@ func (s *Store) migrateLedger() error {
 		}
 		for _, e := range a.Entries {
 			if id, ok := leaseKey(e.LeaseID); ok {
-				if _, err := tx.Exec(`INSERT OR IGNORE INTO grants(workspace_id, lease, idx) VALUES(?, ?, ?)`, a.Workspace, id, e.Index); err != nil {
+				if _, err := tx.Exec(`INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) VALUES(?, ?, ?, ?)`,
+					a.Workspace, e.Index>>epochBits, id, e.Index); err != nil {
 					return fmt.Errorf("store: move the ledger's grants: %w", err)
 				}
 			}
@@ -644,7 +694,7 @@ func (s *Store) MarkExported(ctx context.Context, ws, size int64) error {
 // before beforeMs and are below its export mark, oldest first, stopping at
 // the first row that may not go (so that what is dropped is always a
 // prefix of the ledger); it returns the index below which bodies are now
-// gone. Tree hashes, grants and checkpoints are kept.
+// gone. Tree hashes, the grant index and checkpoints are kept.
 func (s *Store) DropLedgerBodies(ctx context.Context, ws, beforeMs int64) (int64, error) {
 	tx, err := s.ldb.BeginTx(ctx, nil)
 	if err != nil {

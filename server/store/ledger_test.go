@@ -41,7 +41,7 @@ func TestLedgerAppendOnce(t *testing.T) {
 	if err := s.SaveCheckpoint(ctx, 1, 1, []byte("note")); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`DELETE FROM bodies`, `DELETE FROM hashes`, `DELETE FROM grants`, `DELETE FROM checkpoints`,
+	for _, q := range []string{`DELETE FROM bodies`, `DELETE FROM hashes`, `DELETE FROM grant_index`, `DELETE FROM checkpoints`,
 		`UPDATE bodies SET data = x'00'`, `UPDATE hashes SET hashes = x'00'`} {
 		if _, err := s.ldb.Exec(q); err == nil {
 			t.Errorf("%s: the ledger let it happen", q)
@@ -167,5 +167,64 @@ func TestLedgerMovesOldEntries(t *testing.T) {
 	s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name LIKE 'entries%'`).Scan(&left)
 	if left != 0 {
 		t.Errorf("%d of the old entries table's objects are left", left)
+	}
+}
+
+// TestLedgerMovesOldGrants: a grants table without epochs (builds between)
+// is moved into the grant index when the store opens.
+func TestLedgerMovesOldGrants(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	ctx := context.Background()
+	a := LedgerAppend{Workspace: 1, To: LedgerPos{Seq: 2, Size: 2},
+		Entries: []LedgerEntry{{Index: 0, Seq: 1, Data: []byte(`{"a":1}`)}, {Index: 1, Seq: 2, Data: []byte(`{"b":2}`)}},
+		Hashes:  make([][32]byte, storedHashCount(2))}
+	if err := s.AppendLedger([]LedgerAppend{a}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ldb.Exec(`CREATE TABLE grants(workspace_id INTEGER NOT NULL, lease INTEGER NOT NULL, idx INTEGER NOT NULL,
+		PRIMARY KEY(workspace_id, lease, idx)) WITHOUT ROWID; INSERT INTO grants VALUES(1, 255, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, dir, Options{})
+	if e, ok, err := s.LedgerLease(ctx, 1, "lease_00000000000000ff"); err != nil || !ok || e.Index != 1 || string(e.Data) != `{"b":2}` {
+		t.Fatalf("grant after the move: %+v %v %v", e, ok, err)
+	}
+	var left int
+	s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name LIKE 'grants%'`).Scan(&left)
+	if left != 0 {
+		t.Errorf("%d of the old grants table's objects are left", left)
+	}
+}
+
+// TestLedgerGrantEpochs: a lease is found whichever epoch of the grant
+// index holds it, the newest grant of a repeated id first.
+func TestLedgerGrantEpochs(t *testing.T) {
+	s := open(t, t.TempDir(), Options{})
+	ctx := context.Background()
+	const n = 3<<epochBits + 5
+	var es []LedgerEntry
+	for i := range int64(n) {
+		e := LedgerEntry{Index: i, Seq: i + 1, Data: []byte(`{}`)}
+		switch i {
+		case 7, 1<<epochBits + 3:
+			e.LeaseID = "lease_0000000000000007" // an id that repeats
+		case 2<<epochBits - 1:
+			e.LeaseID = "lease_0000000000000009"
+		}
+		es = append(es, e)
+	}
+	a := LedgerAppend{Workspace: 1, To: LedgerPos{Seq: n, Size: n}, Entries: es, Hashes: make([][32]byte, storedHashCount(n))}
+	if err := s.AppendLedger([]LedgerAppend{a}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int64{"lease_0000000000000007": 1<<epochBits + 3, "lease_0000000000000009": 2<<epochBits - 1} {
+		if e, ok, err := s.LedgerLease(ctx, 1, id); err != nil || !ok || e.Index != want {
+			t.Errorf("%s: %+v %v %v, want index %d", id, e.Index, ok, err, want)
+		}
+	}
+	if _, ok, err := s.LedgerLease(ctx, 1, "lease_0000000000000008"); ok || err != nil {
+		t.Errorf("an unknown lease found: %v %v", ok, err)
 	}
 }
