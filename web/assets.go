@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -52,12 +53,56 @@ var (
 		".js":   "text/javascript; charset=utf-8",
 		".css":  "text/css; charset=utf-8",
 		".svg":  "image/svg+xml",
+		".json": "application/json",
 	}
 )
 
 func staticAssets() (*assets, error) {
-	loadOnce.Do(func() { loaded, loadErr = loadAssets(staticFS) })
+	loadOnce.Do(func() {
+		loaded, loadErr = loadAssets(staticFS)
+		if loadErr == nil {
+			loadErr = loaded.addCorpus()
+		}
+	})
 	return loaded, loadErr
+}
+
+// CorpusFile is the examples menu's scenarios as one JSON file among the
+// static assets (an array of Example), made from the embedded corpus. The
+// playground page carries only the default example; it fetches this file,
+// by its hashed name (so a browser keeps it), after its first verdict or
+// when an example is picked, so the page stays small.
+const CorpusFile = "corpus.json"
+
+// addCorpus adds CorpusFile to a.
+func (a *assets) addCorpus() error {
+	ex, err := Corpus()
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(ex)
+	if err != nil {
+		return fmt.Errorf("web: encoding the corpus: %w", err)
+	}
+	a.add(CorpusFile, b)
+	return nil
+}
+
+// add indexes a file's bytes under name and its hashed name.
+func (a *assets) add(n string, raw []byte) {
+	sum := sha256.Sum256(raw)
+	h := hex.EncodeToString(sum[:6])
+	ext := path.Ext(n)
+	ct := extraTypes[ext]
+	if ct == "" {
+		ct = mime.TypeByExtension(ext)
+	}
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	as := &asset{name: n, hash: h, hashed: strings.TrimSuffix(n, ext) + "." + h + ext, ctype: ct, raw: raw}
+	a.byName[n] = as
+	a.byHashed[as.hashed] = as
 }
 
 func loadAssets(fsys fs.FS) (*assets, error) {
@@ -75,19 +120,7 @@ func loadAssets(fsys fs.FS) (*assets, error) {
 		if err != nil {
 			return nil, fmt.Errorf("web: reading static/%s: %w", n, err)
 		}
-		sum := sha256.Sum256(raw)
-		h := hex.EncodeToString(sum[:6])
-		ext := path.Ext(n)
-		ct := extraTypes[ext]
-		if ct == "" {
-			ct = mime.TypeByExtension(ext)
-		}
-		if ct == "" {
-			ct = "application/octet-stream"
-		}
-		as := &asset{name: n, hash: h, hashed: strings.TrimSuffix(n, ext) + "." + h + ext, ctype: ct, raw: raw}
-		a.byName[n] = as
-		a.byHashed[as.hashed] = as
+		a.add(n, raw)
 	}
 	return a, nil
 }

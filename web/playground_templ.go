@@ -44,146 +44,155 @@ func playgroundPage(p Page, d PlaygroundData) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"pg\"><section class=\"pane editor\" aria-labelledby=\"editor-h\"><div class=\"pane-head\"><h1 id=\"editor-h\">Playground</h1><div class=\"field inline\"><label for=\"example\">Example</label> <select id=\"example\"><optgroup label=\"Reference examples\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"pg\"><section class=\"pane editor\" aria-labelledby=\"editor-h\"><div class=\"pane-head\"><h1 id=\"editor-h\">Playground</h1><div class=\"field inline\"><label for=\"example\">Example</label> <select id=\"example\" data-corpus=\"")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var3 string
+			templ_7745c5c3_Var3, templ_7745c5c3_Err = templruntime.NewAttributeExpression(p.asset(CorpusFile)).Resolve(ctx)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 17, Col: 60}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var3)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\"><optgroup label=\"Reference examples\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			for _, e := range d.Examples {
 				if e.Reference {
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<option value=\"")
-					if templ_7745c5c3_Err != nil {
-						return templ_7745c5c3_Err
-					}
-					var templ_7745c5c3_Var3 string
-					templ_7745c5c3_Var3, templ_7745c5c3_Err = templruntime.NewAttributeExpression(e.Name).Resolve(ctx)
-					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 21, Col: 32}
-					}
-					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var3)
-					if templ_7745c5c3_Err != nil {
-						return templ_7745c5c3_Err
-					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "\"")
-					if templ_7745c5c3_Err != nil {
-						return templ_7745c5c3_Err
-					}
-					if e.Name == d.Default.Name {
-						templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, " selected")
-						if templ_7745c5c3_Err != nil {
-							return templ_7745c5c3_Err
-						}
-					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, ">")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "<option value=\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var4 string
-					templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(e.Title)
+					templ_7745c5c3_Var4, templ_7745c5c3_Err = templruntime.NewAttributeExpression(e.Name).Resolve(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 21, Col: 83}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 21, Col: 32}
 					}
-					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
+					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var4)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</option>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\"")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					if e.Name == d.Default.Name {
+						templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, " selected")
+						if templ_7745c5c3_Err != nil {
+							return templ_7745c5c3_Err
+						}
+					}
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, ">")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					var templ_7745c5c3_Var5 string
+					templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(e.Title)
+					if templ_7745c5c3_Err != nil {
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 21, Col: 83}
+					}
+					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "</option>")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "</optgroup> <optgroup label=\"More from the corpus\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "</optgroup> <optgroup label=\"More from the corpus\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			for _, e := range d.Examples {
 				if !e.Reference {
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "<option value=\"")
-					if templ_7745c5c3_Err != nil {
-						return templ_7745c5c3_Err
-					}
-					var templ_7745c5c3_Var5 string
-					templ_7745c5c3_Var5, templ_7745c5c3_Err = templruntime.NewAttributeExpression(e.Name).Resolve(ctx)
-					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 28, Col: 32}
-					}
-					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var5)
-					if templ_7745c5c3_Err != nil {
-						return templ_7745c5c3_Err
-					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\">")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<option value=\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var6 string
-					templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs(e.Title)
+					templ_7745c5c3_Var6, templ_7745c5c3_Err = templruntime.NewAttributeExpression(e.Name).Resolve(ctx)
+					if templ_7745c5c3_Err != nil {
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 28, Col: 32}
+					}
+					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var6)
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "\">")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					var templ_7745c5c3_Var7 string
+					templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(e.Title)
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 28, Col: 44}
 					}
-					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var6))
+					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "</option>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "</option>")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "</optgroup> <option value=\"\" disabled>Your own (edited or from a link)</option></select></div></div><p id=\"example-desc\" class=\"desc\">")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			var templ_7745c5c3_Var7 string
-			templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(d.Default.Description)
-			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 36, Col: 61}
-			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "</p><div class=\"toolbar\"><button type=\"button\" id=\"run\" class=\"primary\"")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			if p.Build == "" {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, " disabled")
-				if templ_7745c5c3_Err != nil {
-					return templ_7745c5c3_Err
-				}
-			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, ">Run <span class=\"keys\"><kbd>Ctrl</kbd>/<kbd>⌘</kbd>+<kbd>Enter</kbd></span></button> <button type=\"button\" id=\"share\" title=\"Copy a link that carries this scenario in the URL fragment\">Copy share link</button> <a class=\"btn ghost\" href=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "</optgroup> <option value=\"\" disabled>Your own (edited or from a link)</option></select></div></div><p id=\"example-desc\" class=\"desc\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var8 string
-			templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(p.Links.Docs)).ResolveURL(ctx)
+			templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(d.Default.Description)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 42, Col: 60}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 36, Col: 61}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var8)
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var8))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "\">How it works</a> <span id=\"status\" class=\"status\" role=\"status\" aria-live=\"polite\">Loading the kernel…</span></div><div class=\"editor-grid\"><form id=\"form\" class=\"form\" aria-label=\"Scenario editor\" autocomplete=\"off\"><noscript>The form editor needs JavaScript; the JSON beside it is the scenario.</noscript></form><div class=\"json\"><label for=\"json\">Scenario JSON <span class=\"muted\">(edits here update the form)</span></label> <textarea id=\"json\" spellcheck=\"false\" rows=\"18\" aria-describedby=\"json-error\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "</p><div class=\"toolbar\"><button type=\"button\" id=\"run\" class=\"primary\"")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			if p.Build == "" {
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, " disabled")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, ">Run <span class=\"keys\"><kbd>Ctrl</kbd>/<kbd>⌘</kbd>+<kbd>Enter</kbd></span></button> <button type=\"button\" id=\"share\" title=\"Copy a link that carries this scenario in the URL fragment\">Copy share link</button> <a class=\"btn ghost\" href=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var9 string
-			templ_7745c5c3_Var9, templ_7745c5c3_Err = templ.JoinStringErrs(d.Default.JSON)
+			templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(p.Links.Docs)).ResolveURL(ctx)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 42, Col: 60}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var9)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "\">How it works</a> <span id=\"status\" class=\"status\" role=\"status\" aria-live=\"polite\">Loading the kernel…</span></div><div class=\"editor-grid\"><form id=\"form\" class=\"form\" aria-label=\"Scenario editor\" autocomplete=\"off\"><noscript>The form editor needs JavaScript; the JSON beside it is the scenario.</noscript></form><div class=\"json\"><label for=\"json\">Scenario JSON <span class=\"muted\">(edits here update the form)</span></label> <textarea id=\"json\" spellcheck=\"false\" rows=\"18\" aria-describedby=\"json-error\">")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var10 string
+			templ_7745c5c3_Var10, templ_7745c5c3_Err = templ.JoinStringErrs(d.Default.JSON)
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `playground.templ`, Line: 51, Col: 101}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var9))
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var10))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "</textarea><p id=\"json-error\" class=\"error\" role=\"alert\" hidden></p></div></div></section><section class=\"pane results\" aria-labelledby=\"results-h\"><div class=\"pane-head\"><h2 id=\"results-h\">Result</h2><span id=\"summary\" class=\"summary\"></span></div><div id=\"run-error\" class=\"error big\" role=\"alert\" hidden></div><figure class=\"timeline\"><figcaption>Timeline <span class=\"muted\">· a lane per resource; bars are leases</span></figcaption><div id=\"timeline\" class=\"timeline-box\"><p class=\"muted\">Press Run to see the leases, refusals and lapses over time.</p></div><ul class=\"legend\" aria-label=\"Legend\"><li><span class=\"sw bar\"></span>lease</li><li><span class=\"sw held\"></span>refused, lease held (height: back-off; pale: not admitted)</li><li><span class=\"sw deadlock\"></span>refused, deadlock</li><li><span class=\"sw other\"></span>refused, suspended</li><li><span class=\"sw lapse\"></span>lapsed (expired)</li><li><span class=\"sw release\"></span>released</li><li><span class=\"sw revoke\"></span>revoked</li></ul></figure><h3>Verdicts</h3><div class=\"table-wrap\" tabindex=\"0\" role=\"region\" aria-label=\"Verdicts\"><table id=\"verdicts\" class=\"grid verdicts\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">at ms</th><th scope=\"col\">request</th><th scope=\"col\">verdict</th><th scope=\"col\">details</th></tr></thead> <tbody></tbody></table></div><div class=\"two\"><div><h3>Events</h3><div class=\"table-wrap\" tabindex=\"0\" role=\"region\" aria-label=\"Events\"><table id=\"events\" class=\"grid\"><thead><tr><th scope=\"col\">at ms</th><th scope=\"col\">event</th><th scope=\"col\">resource</th><th scope=\"col\">agent</th><th scope=\"col\">fence</th><th scope=\"col\">trust</th></tr></thead> <tbody></tbody></table></div></div><div><h3>Trust</h3><table id=\"trust\" class=\"grid\"><thead><tr><th scope=\"col\">agent</th><th scope=\"col\">score</th></tr></thead> <tbody></tbody></table></div></div><section id=\"ledger\" class=\"ledger\" aria-labelledby=\"ledger-h\" hidden><h3 id=\"ledger-h\">Signed ledger <span class=\"badge plain\">test key</span></h3><p class=\"muted\">This run's events, sealed in this browser under a Merkle root and signed with an Ed25519 <strong>test key made in this browser</strong> (kept in its local storage; it signs only playground runs). Each grant's receipt below was checked against the public key on the spot; copy one into <code>leaseplane verify --key KEY FILE</code>.</p><p>Verifier key: <code id=\"ledger-key\" class=\"wrap\"></code></p><p id=\"ledger-summary\"></p><div id=\"ledger-receipts\"></div></section><details class=\"raw\"><summary>Transcript <span class=\"muted\">(what <code>leaseplane replay</code> prints)</span></summary><pre id=\"transcript\" class=\"code\" tabindex=\"0\"></pre></details></section></div>")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			templ_7745c5c3_Err = templ.JSONScript("corpus", d.Examples).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 17, "</textarea><p id=\"json-error\" class=\"error\" role=\"alert\" hidden></p></div></div></section><section class=\"pane results\" aria-labelledby=\"results-h\"><div class=\"pane-head\"><h2 id=\"results-h\">Result</h2><span id=\"summary\" class=\"summary\"></span></div><div id=\"run-error\" class=\"error big\" role=\"alert\" hidden></div><figure class=\"timeline\"><figcaption>Timeline <span class=\"muted\">· a lane per resource; bars are leases</span></figcaption><div id=\"timeline\" class=\"timeline-box\"><p class=\"muted\">Press Run to see the leases, refusals and lapses over time.</p></div><ul class=\"legend\" aria-label=\"Legend\"><li><span class=\"sw bar\"></span>lease</li><li><span class=\"sw held\"></span>refused, lease held (height: back-off; pale: not admitted)</li><li><span class=\"sw deadlock\"></span>refused, deadlock</li><li><span class=\"sw other\"></span>refused, suspended</li><li><span class=\"sw lapse\"></span>lapsed (expired)</li><li><span class=\"sw release\"></span>released</li><li><span class=\"sw revoke\"></span>revoked</li></ul></figure><h3>Verdicts</h3><div class=\"table-wrap\" tabindex=\"0\" role=\"region\" aria-label=\"Verdicts\"><table id=\"verdicts\" class=\"grid verdicts\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">at ms</th><th scope=\"col\">request</th><th scope=\"col\">verdict</th><th scope=\"col\">details</th></tr></thead> <tbody></tbody></table></div><div class=\"two\"><div><h3>Events</h3><div class=\"table-wrap\" tabindex=\"0\" role=\"region\" aria-label=\"Events\"><table id=\"events\" class=\"grid\"><thead><tr><th scope=\"col\">at ms</th><th scope=\"col\">event</th><th scope=\"col\">resource</th><th scope=\"col\">agent</th><th scope=\"col\">fence</th><th scope=\"col\">trust</th></tr></thead> <tbody></tbody></table></div></div><div><h3>Trust</h3><table id=\"trust\" class=\"grid\"><thead><tr><th scope=\"col\">agent</th><th scope=\"col\">score</th></tr></thead> <tbody></tbody></table></div></div><section id=\"ledger\" class=\"ledger\" aria-labelledby=\"ledger-h\" hidden><h3 id=\"ledger-h\">Signed ledger <span class=\"badge plain\">test key</span></h3><p class=\"muted\">This run's events, sealed in this browser under a Merkle root and signed with an Ed25519 <strong>test key made in this browser</strong> (kept in its local storage; it signs only playground runs). Each grant's receipt below was checked against the public key on the spot; copy one into <code>leaseplane verify --key KEY FILE</code>.</p><p>Verifier key: <code id=\"ledger-key\" class=\"wrap\"></code></p><p id=\"ledger-summary\"></p><div id=\"ledger-receipts\"></div></section><details class=\"raw\"><summary>Transcript <span class=\"muted\">(what <code>leaseplane replay</code> prints)</span></summary><pre id=\"transcript\" class=\"code\" tabindex=\"0\"></pre></details></section></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

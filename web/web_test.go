@@ -36,6 +36,9 @@ func testPage(t *testing.T, build string) Page {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := a.addCorpus(); err != nil {
+		t.Fatal(err)
+	}
 	return Page{Title: "T", Current: "playground", Links: ServerLinks, Assets: a, Scripts: []string{"kernel.js"}, Version: kernel.Version, Build: build}
 }
 
@@ -114,17 +117,27 @@ func TestPlaygroundHTML(t *testing.T) {
 			t.Errorf("playground lacks %s", want)
 		}
 	}
-	// The corpus travels inside the page, so picking an example needs no request.
-	m := regexp.MustCompile(`(?s)<script id="corpus" type="application/json">(.*?)</script>`).FindStringSubmatch(html)
-	if m == nil {
-		t.Fatal("no corpus script in the playground")
+	// The page carries the default example only; the menu's scenarios are
+	// a hashed static file that the menu names.
+	for _, e := range ex {
+		if e.Name != def.Name && e.Description != "" && strings.Contains(html, templ.EscapeString(e.Description)) {
+			t.Errorf("the playground page carries the example %s besides the default", e.Name)
+		}
+	}
+	p := testPage(t, "abc")
+	as := p.Assets.byName[CorpusFile]
+	if as == nil || !strings.Contains(html, `<select id="example" data-corpus="/static/`+as.hashed+`"`) {
+		t.Fatal("the examples menu does not name the corpus file by its hashed name")
+	}
+	if as.ctype != "application/json" {
+		t.Errorf("corpus file served as %q", as.ctype)
 	}
 	var got []Example
-	if err := json.Unmarshal([]byte(m[1]), &got); err != nil {
-		t.Fatalf("corpus script: %v", err)
+	if err := json.Unmarshal(as.raw, &got); err != nil {
+		t.Fatalf("corpus file: %v", err)
 	}
-	if len(got) != len(ex) || got[2].Name != "breaking-a-deadlock" || got[2].JSON != ex[2].JSON {
-		t.Errorf("corpus script does not carry the corpus: %d entries", len(got))
+	if len(got) != len(ex) || got[2].Name != "breaking-a-deadlock" || got[2].JSON != ex[2].JSON || got[2].Description != ex[2].Description {
+		t.Errorf("corpus file does not carry the corpus: %d entries", len(got))
 	}
 	// The textarea carries the default scenario, escaped.
 	if !strings.Contains(html, "lock:deploy/production") || strings.Contains(html, `"title": "Two release agents"`) {

@@ -1,7 +1,8 @@
 // playground.js: the scenario editor (a form and the JSON beside it), the
 // Run button and Ctrl/⌘+Enter, and the rendering of a transcript as
 // verdicts, events, trust scores and a timeline. Everything runs in this
-// page: after load nothing is fetched.
+// page: after load (the examples and the ledger's module are fetched right
+// after the first verdict) nothing is fetched.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -9,10 +10,20 @@
   const short = (d) => window.lpShort(d);
   const OPS = ["acquire", "release", "wait", "tick", "suspend", "resume", "forget"];
   const FIELDS = { acquire: ["resource", "actorDid", "mode"], release: ["resource", "actorDid", "leaseId"], suspend: ["actorDid"], resume: ["actorDid"], forget: ["actorDid"], wait: [], tick: [] };
-  const corpus = JSON.parse($("corpus").textContent);
-  const byName = new Map(corpus.map((e) => [e.Name, e]));
-
   const jsonEl = $("json"), formEl = $("form"), exampleEl = $("example"), statusEl = $("status");
+  // The page carries the default example only; the menu's scenarios are a
+  // file of their own (hashed name, kept by the browser), fetched after the
+  // first verdict or when an example is picked, whichever comes first.
+  let corpus = null;
+  function examples() {
+    corpus = corpus || (async () => {
+      const url = exampleEl.dataset.corpus;
+      const resp = await fetch(url);
+      if (!resp.ok) throw new Error(`loading the examples failed: HTTP ${resp.status} for ${url}`);
+      return new Map((await resp.json()).map((e) => [e.Name, e]));
+    })();
+    return corpus;
+  }
   let scn = null;          // the scenario as an object (null when the JSON does not parse)
   let extraAgents = [];    // agents added in the form but not used by a step yet
   let runs = 0;
@@ -236,21 +247,24 @@
   function markCustom() {
     if (exampleEl.value !== "") { exampleEl.value = ""; $("example-desc").textContent = "Your own scenario. Pick an example to start again from one."; }
   }
-  function loadScenarioText(text, name) {
+  // loadScenarioText puts a scenario in the editor; ex is the corpus
+  // example it is (undefined for one from a link, null to keep the page's
+  // description of the default example).
+  function loadScenarioText(text, ex) {
     jsonEl.value = text;
     const v = parseJSONText();
     scn = v;
     extraAgents = [];
     if (v) { showJSONError(""); }
     buildForm();
-    exampleEl.value = name || "";
-    const ex = name && byName.get(name);
-    $("example-desc").textContent = ex ? ex.Description : (v && v.description) || "A scenario from a link.";
+    exampleEl.value = ex ? ex.Name : ex === null ? exampleEl.value : "";
+    if (ex !== null) $("example-desc").textContent = ex ? ex.Description : (v && v.description) || "A scenario from a link.";
   }
-  function pickExample(name) {
-    const ex = byName.get(name);
+  async function pickExample(name) {
+    let ex;
+    try { ex = (await examples()).get(name); } catch (e) { setStatus(e.message); return; }
     if (!ex) return;
-    loadScenarioText(ex.JSON, name);
+    loadScenarioText(ex.JSON, ex);
     clearResults(`Press Run or Ctrl+Enter to replay “${ex.Title}”.`);
   }
   const b64url = {
@@ -280,9 +294,12 @@
     if (!h) return false;
     const [k, v] = [h.slice(0, h.indexOf("=")), h.slice(h.indexOf("=") + 1)];
     try {
-      if (k === "example" && byName.has(v)) { loadScenarioText(byName.get(v).JSON, v); return true; }
-      if (k === "json") { loadScenarioText(new TextDecoder().decode(b64url.dec(v)), ""); return true; }
-      if (k === "z" && window.DecompressionStream) { loadScenarioText(new TextDecoder().decode(await pipe(b64url.dec(v), new DecompressionStream("deflate-raw"))), ""); return true; }
+      if (k === "example") {
+        const ex = (await examples()).get(v);
+        if (ex) { loadScenarioText(ex.JSON, ex); return true; }
+      }
+      if (k === "json") { loadScenarioText(new TextDecoder().decode(b64url.dec(v))); return true; }
+      if (k === "z" && window.DecompressionStream) { loadScenarioText(new TextDecoder().decode(await pipe(b64url.dec(v), new DecompressionStream("deflate-raw")))); return true; }
     } catch (e) {
       setStatus("The link's scenario could not be read: " + e.message);
     }
@@ -452,7 +469,10 @@
     render(steps, tr, ms);
     runs++;
     sealRun(out, tr, runs);
-    if (runs === 1) performance.mark("lp:first-verdict");
+    if (runs === 1) {
+      performance.mark("lp:first-verdict");
+      examples().catch(() => {});
+    }
     document.body.dataset.runs = String(runs);
     document.body.dataset.state = "ran";
     document.body.dataset.lastRun = how;
@@ -534,6 +554,7 @@
     }, 200);
   });
   exampleEl.addEventListener("change", () => pickExample(exampleEl.value));
+  exampleEl.addEventListener("focus", () => examples().catch(() => {}), { once: true });
   $("run").addEventListener("click", () => run("click"));
   $("share").addEventListener("click", () => shareLink());
   document.addEventListener("keydown", (e) => {
@@ -548,7 +569,7 @@
 
   (async () => {
     const fromLink = await fromFragment();
-    if (!fromLink) loadScenarioText(jsonEl.value, exampleEl.value);
+    if (!fromLink) loadScenarioText(jsonEl.value, null);
     try {
       const k = await window.lpKernel;
       const v = k.version();
