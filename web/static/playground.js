@@ -98,7 +98,9 @@
     fill("lp-agents", agentsOf(scn));
     fill("lp-resources", resourcesOf(scn));
   }
+  let formBuilt = false;
   function buildForm() {
+    formBuilt = true;
     const focusId = document.activeElement && formEl.contains(document.activeElement) ? document.activeElement.id : null;
     formEl.replaceChildren();
     if (!scn) return;
@@ -250,13 +252,13 @@
   // loadScenarioText puts a scenario in the editor; ex is the corpus
   // example it is (undefined for one from a link, null to keep the page's
   // description of the default example).
-  function loadScenarioText(text, ex) {
+  function loadScenarioText(text, ex, later) {
     jsonEl.value = text;
     const v = parseJSONText();
     scn = v;
     extraAgents = [];
     if (v) { showJSONError(""); }
-    buildForm();
+    if (!later) buildForm();
     exampleEl.value = ex ? ex.Name : ex === null ? exampleEl.value : "";
     if (ex !== null) $("example-desc").textContent = ex ? ex.Description : (v && v.description) || "A scenario from a link.";
   }
@@ -569,7 +571,10 @@
 
   (async () => {
     const fromLink = await fromFragment();
-    if (!fromLink) loadScenarioText(jsonEl.value, null);
+    // The page's own example is replayed before its form is built: the
+    // first verdict does not wait for a form nobody has touched yet.
+    const later = !fromLink;
+    if (later) loadScenarioText(jsonEl.value, null, true);
     try {
       const k = await window.lpKernel;
       const v = k.version();
@@ -579,6 +584,7 @@
     } catch (e) {
       showRunError(e.message);
     }
+    if (later && !formBuilt) buildForm();
   })();
   window.lpPlayground = { run, pickExample, shareLink, scenario: () => jsonEl.value };
 })();
