@@ -51,6 +51,41 @@
 //
 // whose answer and events regions follow the same lifetime rule.
 //
+// Two further exports give the server's per-command path a cheaper
+// round trip (wasm/wazero uses them; lp_apply and lp_step stay for other
+// hosts, such as the Workers tier's):
+//
+//	lp_apply_body(opLen u32, nowMs i64, n u32) u64   as lp_apply, with the
+//	                                                 extended result record
+//	lp_apply_command(n u32) u64                      a command the host has
+//	                                                 already decoded (below),
+//	                                                 with the extended record
+//
+// lp_apply_command takes a kernel.Command in input[0:n], laid out as
+//
+//	op u8 (1 acquire, 2 release, 3 wait, 4 tick, 5 suspend, 6 resume,
+//	7 forget), flags u8 (bit 0: leaseId present), 2 zero bytes,
+//	limit u32, nowMs i64, then the byte lengths (u32 each) of resource,
+//	actorDid, mode, leaseId, prefix and after, then those bytes in that
+//	order.
+//
+// The host decodes a REST body with the very kernel code the guest runs
+// (kernel.DecodeRequest) and sends a body that does not decode through
+// lp_apply_body, so the guest still writes every answer, invalid_request
+// included; the guest validates the command again (kernel.Machine.Apply).
+//
+// The extended result record is
+//
+//	status u32, retryAfterSec u32, flags u32 (bit 0 changed, bit 1 the
+//	machine has a next alarm), answerPtr u32, answerLen u32,
+//	eventsPtr u32, eventsLen u32, nEvents u32, nextAlarm i64,
+//	then per event: atMs i64, jsonLen u32, typeLen u32
+//
+// where the events region holds the events' JSON back to back, then
+// their types back to back, in the record's order. So the host learns the
+// next alarm with each answer (no lp_next_alarm call) and reads the events
+// without parsing JSON.
+//
 // Calls before lp_new or lp_restore answer the error "no machine"; lp_new
 // and lp_restore replace any machine the instance held, and lp_reset drops
 // it, so a host can reuse an instance for another workspace.
@@ -181,6 +216,98 @@ func apply(opLen uint32, nowMs int64, n uint32) uint64 {
 	return result(machine.ApplyJSON(op, nowMs, input[opLen:opLen+n]))
 }
 
+// ext is the extended result record of the last lp_apply_body or
+// lp_apply_command.
+var ext []byte
+
+func extended(r kernel.Result) uint64 {
+	last = r
+	flags := uint32(0)
+	if r.Changed {
+		flags |= 1
+	}
+	at, ok := machine.NextAlarm()
+	if ok {
+		flags |= 2
+	}
+	events = events[:0]
+	for _, e := range r.Events {
+		events = append(events, e.JSON...)
+	}
+	for _, e := range r.Events {
+		events = append(events, e.Type...)
+	}
+	a, ev := region(r.Answer), region(events)
+	n := 40 + 16*len(r.Events)
+	if cap(ext) < n {
+		ext = make([]byte, n, max(n, 200))
+	}
+	ext = ext[:n]
+	le := binary.LittleEndian
+	le.PutUint32(ext[0:], uint32(r.Status))
+	le.PutUint32(ext[4:], uint32(r.RetryAfterSec))
+	le.PutUint32(ext[8:], flags)
+	le.PutUint64(ext[12:], a>>32|a<<32) // ptr then len, little-endian
+	le.PutUint64(ext[20:], ev>>32|ev<<32)
+	le.PutUint32(ext[28:], uint32(len(r.Events)))
+	le.PutUint64(ext[32:], uint64(at))
+	for i, e := range r.Events {
+		le.PutUint64(ext[40+16*i:], uint64(e.AtMs))
+		le.PutUint32(ext[48+16*i:], uint32(len(e.JSON)))
+		le.PutUint32(ext[52+16*i:], uint32(len(e.Type)))
+	}
+	return region(ext)
+}
+
+//go:wasmexport lp_apply_body
+func applyBody(opLen uint32, nowMs int64, n uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	if uint64(opLen)+uint64(n) > uint64(len(input)) {
+		return fail("lp_apply_body: lengths beyond the input buffer")
+	}
+	op := kernel.Op(input[:opLen])
+	return extended(machine.ApplyJSON(op, nowMs, input[opLen:opLen+n]))
+}
+
+// commandOps are the op codes of lp_apply_command, from 1.
+var commandOps = [...]kernel.Op{kernel.OpAcquire, kernel.OpRelease, kernel.OpWait, kernel.OpTick,
+	kernel.OpSuspend, kernel.OpResume, kernel.OpForget}
+
+//go:wasmexport lp_apply_command
+func applyCommand(n uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	b, ok := in(n)
+	if !ok || len(b) < 40 {
+		return fail("lp_apply_command: a command needs 40 bytes within the input buffer")
+	}
+	code := int(b[0])
+	if code < 1 || code > len(commandOps) {
+		return fail("lp_apply_command: unknown op code")
+	}
+	c := kernel.Command{
+		Op:         commandOps[code-1],
+		HasLeaseID: b[1]&1 != 0,
+		Limit:      int(binary.LittleEndian.Uint32(b[4:])),
+		NowMs:      int64(binary.LittleEndian.Uint64(b[8:])),
+	}
+	rest := b[40:]
+	for i, f := range [...]*string{&c.Resource, &c.ActorDid, &c.Mode, &c.LeaseID, &c.Prefix, &c.After} {
+		l := binary.LittleEndian.Uint32(b[16+4*i:])
+		if uint64(l) > uint64(len(rest)) {
+			return fail("lp_apply_command: field lengths beyond the command")
+		}
+		if l > 0 {
+			*f = string(rest[:l])
+		}
+		rest = rest[l:]
+	}
+	return extended(machine.Apply(c))
+}
+
 //go:wasmexport lp_next_alarm
 func nextAlarm() uint64 {
 	if machine == nil {
@@ -251,5 +378,5 @@ func version() uint64 {
 
 //go:wasmexport lp_reset
 func reset() {
-	machine, out, last, events = nil, nil, kernel.Result{}, nil
+	machine, out, last, events, ext = nil, nil, kernel.Result{}, nil, nil
 }

@@ -235,6 +235,7 @@ type instance struct {
 	broken error
 
 	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust, fStats, fSetSem, fReset api.Function
+	fApplyBody, fApplyCommand                                                                        api.Function
 
 	inPtr, inCap uint32
 	stack        [3]uint64
@@ -253,7 +254,7 @@ func (f *Factory) instantiate(ctx context.Context) (*instance, error) {
 		{&in.fABI, "lp_abi_version"}, {&in.fBuffer, "lp_buffer"}, {&in.fNew, "lp_new"},
 		{&in.fRestore, "lp_restore"}, {&in.fStep, "lp_step"}, {&in.fApply, "lp_apply"},
 		{&in.fAlarm, "lp_next_alarm"}, {&in.fSnapshot, "lp_snapshot"}, {&in.fTrust, "lp_trust"}, {&in.fStats, "lp_stats"}, {&in.fSetSem, "lp_set_semantics"},
-		{&in.fReset, "lp_reset"},
+		{&in.fReset, "lp_reset"}, {&in.fApplyBody, "lp_apply_body"}, {&in.fApplyCommand, "lp_apply_command"},
 	} {
 		if *x.fn = mod.ExportedFunction(x.name); *x.fn == nil {
 			mod.Close(ctx)
@@ -378,12 +379,102 @@ func (in *instance) result(r uint64) (kernel.Result, error) {
 	return res, nil
 }
 
+// extendedHeader is the fixed part of the extended result record, and
+// eventEntry each event's part after it (wasm/wasip1).
+const extendedHeader, eventEntry = 40, 16
+
+// extended decodes an extended result record: the result, and the
+// machine's next alarm after it.
+func (in *instance) extended(r uint64) (res kernel.Result, alarm int64, alarmOK bool, err error) {
+	if r&errFlag != 0 {
+		_, err := in.output(r)
+		return kernel.Result{}, 0, false, err
+	}
+	rec, ok := in.view(r)
+	if !ok || len(rec) < extendedHeader {
+		return kernel.Result{}, 0, false, in.fault("malformed result record")
+	}
+	le := binary.LittleEndian
+	flags := le.Uint32(rec[8:])
+	n := le.Uint32(rec[28:])
+	if uint64(len(rec)) != extendedHeader+eventEntry*uint64(n) {
+		return kernel.Result{}, 0, false, in.fault("malformed result record")
+	}
+	res = kernel.Result{
+		Status:        int(le.Uint32(rec[0:])),
+		RetryAfterSec: int(le.Uint32(rec[4:])),
+		Changed:       flags&1 != 0,
+	}
+	alarm, alarmOK = int64(le.Uint64(rec[32:])), flags&2 != 0
+	a, ok1 := in.mem.Read(le.Uint32(rec[12:]), le.Uint32(rec[16:]))
+	ev, ok2 := in.mem.Read(le.Uint32(rec[20:]), le.Uint32(rec[24:]))
+	if !ok1 || !ok2 {
+		return kernel.Result{}, 0, false, in.fault("result bytes out of range")
+	}
+	// Answer and events' JSON share one allocation, as natively.
+	buf := make([]byte, len(a)+len(ev))
+	copy(buf, a)
+	copy(buf[len(a):], ev)
+	res.Answer = buf[:len(a):len(a)]
+	if n == 0 {
+		return res, alarm, alarmOK, nil
+	}
+	ev = buf[len(a):]
+	res.Events = make([]kernel.Event, n)
+	var jsonLen uint64
+	for i := range res.Events {
+		jsonLen += uint64(le.Uint32(rec[extendedHeader+eventEntry*i+8:]))
+	}
+	if jsonLen > uint64(len(ev)) {
+		return kernel.Result{}, 0, false, in.fault("malformed events")
+	}
+	js, types := ev[:jsonLen], ev[jsonLen:]
+	for i := range res.Events {
+		ent := rec[extendedHeader+eventEntry*i:]
+		jl, tl := le.Uint32(ent[8:]), le.Uint32(ent[12:])
+		if uint64(tl) > uint64(len(types)) {
+			return kernel.Result{}, 0, false, in.fault("malformed events")
+		}
+		res.Events[i] = kernel.Event{Type: eventType(types[:tl]), AtMs: int64(le.Uint64(ent)), JSON: js[:jl:jl]}
+		js, types = js[jl:], types[tl:]
+	}
+	return res, alarm, alarmOK, nil
+}
+
+// eventType is b as a string, without allocating for the kernel's own
+// event types.
+func eventType(b []byte) string {
+	switch string(b) {
+	case "coordination.lease":
+		return "coordination.lease"
+	case "coordination.renew":
+		return "coordination.renew"
+	case "coordination.release":
+		return "coordination.release"
+	case "coordination.expire":
+		return "coordination.expire"
+	case "coordination.revoke":
+		return "coordination.revoke"
+	case "operator.suspend":
+		return "operator.suspend"
+	case "operator.resume":
+		return "operator.resume"
+	case "operator.forget":
+		return "operator.forget"
+	}
+	return string(b)
+}
+
 // Engine is one kernel Machine in a module instance that no other Engine
 // uses while this one is open.
 type Engine struct {
 	mu sync.Mutex
 	f  *Factory
 	in *instance // nil once closed
+	// alarm is the machine's next alarm as the last Apply's answer gave it
+	// (alarmKnown), so NextAlarm needs no call into the instance.
+	alarm               int64
+	alarmOK, alarmKnown bool
 }
 
 var _ kernel.Engine = (*Engine)(nil)
@@ -401,25 +492,94 @@ func (e *Engine) lock() (*instance, error) {
 }
 
 // Apply decodes a REST body for op and applies it at nowMs.
+//
+// The body is decoded here, natively, by the kernel's own decoder
+// (kernel.DecodeRequest, the code the guest would run), and the command
+// crosses as a few fixed fields and its strings (lp_apply_command): JSON
+// decoding is the part of a command that Go's WebAssembly runs slowest. A
+// body that does not decode goes to the guest as it came (lp_apply_body),
+// so the answer to a bad request is still the guest's own. The guest
+// validates the command again before it applies it.
 func (e *Engine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Result, error) {
 	in, err := e.lock()
 	if err != nil {
 		return kernel.Result{}, err
 	}
 	defer e.mu.Unlock()
-	if err := in.reserve(len(op) + len(body)); err != nil {
-		return kernel.Result{}, err
+	e.alarmKnown = false
+	var r uint64
+	if c, derr := kernel.DecodeRequest(op, nowMs, body); derr == nil && opCode(c.Op) != 0 {
+		n := commandHeader + len(c.Resource) + len(c.ActorDid) + len(c.Mode) + len(c.LeaseID) + len(c.Prefix) + len(c.After)
+		if err := in.reserve(n); err != nil {
+			return kernel.Result{}, err
+		}
+		buf, ok := in.mem.Read(in.inPtr, uint32(n))
+		if !ok {
+			return kernel.Result{}, in.fault("input buffer out of range")
+		}
+		putCommand(buf, c)
+		r, err = in.call1(in.fApplyCommand, uint64(n))
+	} else {
+		if err := in.reserve(len(op) + len(body)); err != nil {
+			return kernel.Result{}, err
+		}
+		if !in.mem.WriteString(in.inPtr, string(op)) || !in.mem.Write(in.inPtr+uint32(len(op)), body) {
+			return kernel.Result{}, in.fault("input buffer out of range")
+		}
+		in.stack[1] = uint64(nowMs)
+		in.stack[2] = uint64(len(body))
+		r, err = in.call1(in.fApplyBody, uint64(len(op)))
 	}
-	if !in.mem.WriteString(in.inPtr, string(op)) || !in.mem.Write(in.inPtr+uint32(len(op)), body) {
-		return kernel.Result{}, in.fault("input buffer out of range")
-	}
-	in.stack[1] = uint64(nowMs)
-	in.stack[2] = uint64(len(body))
-	r, err := in.call1(in.fApply, uint64(len(op)))
 	if err != nil {
 		return kernel.Result{}, err
 	}
-	return in.result(r)
+	res, at, ok, err := in.extended(r)
+	if err != nil {
+		return kernel.Result{}, err
+	}
+	e.alarm, e.alarmOK, e.alarmKnown = at, ok, true
+	return res, nil
+}
+
+// commandHeader is the fixed part of lp_apply_command's input.
+const commandHeader = 40
+
+// opCode is op's code in lp_apply_command; 0 for none.
+func opCode(op kernel.Op) byte {
+	switch op {
+	case kernel.OpAcquire:
+		return 1
+	case kernel.OpRelease:
+		return 2
+	case kernel.OpWait:
+		return 3
+	case kernel.OpTick:
+		return 4
+	case kernel.OpSuspend:
+		return 5
+	case kernel.OpResume:
+		return 6
+	case kernel.OpForget:
+		return 7
+	}
+	return 0
+}
+
+// putCommand lays c out in buf as lp_apply_command reads it (wasm/wasip1).
+func putCommand(buf []byte, c kernel.Command) {
+	buf[0] = opCode(c.Op)
+	buf[1] = 0
+	if c.HasLeaseID {
+		buf[1] = 1
+	}
+	buf[2], buf[3] = 0, 0
+	binary.LittleEndian.PutUint32(buf[4:], uint32(c.Limit))
+	binary.LittleEndian.PutUint64(buf[8:], uint64(c.NowMs))
+	at := commandHeader
+	for i, f := range [...]string{c.Resource, c.ActorDid, c.Mode, c.LeaseID, c.Prefix, c.After} {
+		binary.LittleEndian.PutUint32(buf[16+4*i:], uint32(len(f)))
+		at += copy(buf[at:], f)
+	}
 }
 
 // Step applies one scenario step.
@@ -429,6 +589,7 @@ func (e *Engine) Step(step []byte) (kernel.Result, error) {
 		return kernel.Result{}, err
 	}
 	defer e.mu.Unlock()
+	e.alarmKnown = false
 	if err := in.write(step); err != nil {
 		return kernel.Result{}, err
 	}
@@ -446,6 +607,9 @@ func (e *Engine) NextAlarm() (int64, bool, error) {
 		return 0, false, err
 	}
 	defer e.mu.Unlock()
+	if e.alarmKnown {
+		return e.alarm, e.alarmOK, nil
+	}
 	r, err := in.call0(in.fAlarm)
 	if err != nil {
 		return 0, false, err
@@ -481,6 +645,7 @@ func (e *Engine) SetSemantics(v int) error {
 		return err
 	}
 	defer e.mu.Unlock()
+	e.alarmKnown = false
 	r, err := in.call1(in.fSetSem, uint64(v))
 	if err != nil {
 		return err

@@ -172,6 +172,81 @@ func TestApplyLikeNative(t *testing.T) {
 	}
 }
 
+// TestApplyRandomLikeNative sends the steps of random scenarios as REST
+// bodies through Apply (the server's path: decoded on the host, applied
+// in the guest), every third one as a scenario step instead, and compares
+// each result and the next alarm with the native engine's.
+func TestApplyRandomLikeNative(t *testing.T) {
+	for seed := range int64(200) {
+		s, err := scenario.Parse(scenario.Random(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newPair(t, string(s.Rules))
+		for i, step := range s.Steps {
+			what := "seed " + strconv.FormatInt(seed, 10) + " step " + strconv.Itoa(i) + " " + string(step)
+			var nr, wr kernel.Result
+			if i%3 == 2 {
+				nr, _ = p.native.Step(step)
+				wr, err = p.wasm.Step(step)
+			} else {
+				op, now, body := restCall(t, step)
+				nr, _ = p.native.Apply(op, now, body)
+				wr, err = p.wasm.Apply(op, now, body)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			p.same(what, nr, wr)
+			na, nok, _ := p.native.NextAlarm()
+			wa, wok, err := p.wasm.NextAlarm()
+			if err != nil || na != wa || nok != wok {
+				t.Fatalf("%s: NextAlarm native (%d,%v) wasm (%d,%v,%v)", what, na, nok, wa, wok, err)
+			}
+		}
+		p.state("seed " + strconv.FormatInt(seed, 10))
+	}
+}
+
+// TestCommandFields guards Engine.Apply's layout of a kernel.Command
+// (putCommand, and lp_apply_command in wasm/wasip1): a new field must be
+// carried across the boundary too.
+func TestCommandFields(t *testing.T) {
+	if n := reflect.TypeFor[kernel.Command]().NumField(); n != 10 {
+		t.Fatalf("kernel.Command has %d fields; Engine.Apply and lp_apply_command carry 10: carry the new ones and update this test", n)
+	}
+}
+
+// restCall turns a scenario step into the op, time and REST body of the
+// same command.
+func restCall(t *testing.T, step []byte) (kernel.Op, int64, []byte) {
+	t.Helper()
+	var op kernel.Op
+	var now int64
+	body := []byte{'{'}
+	err := kernel.ScanObject(step, func(name string, raw []byte) error {
+		switch name {
+		case "op":
+			s, err := kernel.Unquote(raw)
+			op = kernel.Op(s)
+			return err
+		case "atMs":
+			now, _ = kernel.IntLiteral(raw)
+			return nil
+		}
+		if len(body) > 1 {
+			body = append(body, ',')
+		}
+		body = append(kernel.AppendQuote(body, name), ':')
+		body = append(body, raw...)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("step %s: %v", step, err)
+	}
+	return op, now, append(body, '}')
+}
+
 // TestRestoreLikeNative snapshots a busy machine, restores it in both
 // engines and continues.
 func TestRestoreLikeNative(t *testing.T) {
