@@ -35,14 +35,11 @@ type redisTarget struct {
 var redisRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
 
 func openRedis(aof bool) (target, error) {
-	port, err := freePort()
+	ports, dir, err := daemonHome("redis", 1)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "leaseplane-bench-redis-")
-	if err != nil {
-		return nil, err
-	}
+	port := ports[0]
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--save", "", "--daemonize", "no", "--protected-mode", "yes", "--maxclients", "10000"}
@@ -129,20 +126,12 @@ type etcdTarget struct {
 }
 
 func openEtcd() (target, error) {
-	cport, err := freePort()
+	ports, dir, err := daemonHome("etcd", 2)
 	if err != nil {
 		return nil, err
 	}
-	pport, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "leaseplane-bench-etcd-")
-	if err != nil {
-		return nil, err
-	}
-	curl := "http://127.0.0.1:" + strconv.Itoa(cport)
-	purl := "http://127.0.0.1:" + strconv.Itoa(pport)
+	curl := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	purl := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	d, err := startDaemon("etcd", []string{"--name", "bench", "--data-dir", dir,
 		"--listen-client-urls", curl, "--advertise-client-urls", curl,
 		"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
@@ -225,6 +214,20 @@ func (w *etcdWorker) close() {
 }
 
 // freePort asks the kernel for a free loopback port.
+// daemonHome picks n free ports and makes a temporary folder for the
+// peer daemon name.
+func daemonHome(name string, n int) (ports []int, dir string, err error) {
+	for range n {
+		p, err := freePort()
+		if err != nil {
+			return nil, "", err
+		}
+		ports = append(ports, p)
+	}
+	dir, err = os.MkdirTemp("", "leaseplane-bench-"+name+"-")
+	return ports, dir, err
+}
+
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

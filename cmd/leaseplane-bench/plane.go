@@ -269,6 +269,17 @@ type bareTarget struct {
 	m   map[string]string // resource → holder
 }
 
+// decodeRequest reads r's JSON body as a T; when it does not decode, it
+// answers 400 invalid_request.
+func decodeRequest[T any](w http.ResponseWriter, r *http.Request) (T, bool) {
+	var req T
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, `{"ok":false,"reason":"invalid_request"}`, 400)
+		return req, false
+	}
+	return req, true
+}
+
 func openBare(clients int) (target, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -277,9 +288,8 @@ func openBare(clients int) (target, error) {
 	t := &bareTarget{m: map[string]string{}, url: "http://" + ln.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+client.PathLease, func(w http.ResponseWriter, r *http.Request) {
-		var req client.AcquireRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, `{"ok":false,"reason":"invalid_request"}`, 400)
+		req, ok := decodeRequest[client.AcquireRequest](w, r)
+		if !ok {
 			return
 		}
 		t.mu.Lock()
@@ -297,9 +307,8 @@ func openBare(clients int) (target, error) {
 		io.WriteString(w, `{"ok":true,"lease":{"id":"x","resource":"`+req.Resource+`","holder":"`+req.ActorDid+`"}}`)
 	})
 	mux.HandleFunc("POST "+client.PathRelease, func(w http.ResponseWriter, r *http.Request) {
-		var req client.ReleaseRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, `{"ok":false,"reason":"invalid_request"}`, 400)
+		req, ok := decodeRequest[client.ReleaseRequest](w, r)
+		if !ok {
 			return
 		}
 		t.mu.Lock()

@@ -26,14 +26,9 @@ keys and key hashes: keep it as you keep the data folder.`
 func runBackup(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlags("backup", "usage: leaseplane backup [--data DIR] OUT\n"+backupSummary, stderr)
 	data := fs.String("data", "./data", "the data folder `DIR` to copy (serve may be running on it)")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return usageStatus(err)
-	}
-	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "leaseplane backup: want one OUT folder")
-		fs.Usage()
-		return exitUsage
+	pos, code, ok := parsePositional(fs, args, 1, "one OUT folder")
+	if !ok {
+		return code
 	}
 	start := time.Now()
 	m, err := backup.Take(context.Background(), *data, pos[0], time.Now)
@@ -111,14 +106,9 @@ func runRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var checkpoints stringList
 	fs.Var(&checkpoints, "checkpoint", "a `FILE` holding a signed checkpoint the lost plane published, or a ledger watch file (may be repeated)")
 	fork := fs.Bool("accept-ledger-fork", false, "restore even when a checkpoint is beyond the backup's ledger")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return usageStatus(err)
-	}
-	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "leaseplane restore: want one BACKUP folder")
-		fs.Usage()
-		return exitUsage
+	pos, code, ok := parsePositional(fs, args, 1, "one BACKUP folder")
+	if !ok {
+		return code
 	}
 	if *floor < 0 || *floor > server.MaxFence {
 		fmt.Fprintf(stderr, "leaseplane restore: --fence-floor must be from 0 to %d\n", int64(server.MaxFence))

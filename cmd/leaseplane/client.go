@@ -83,14 +83,9 @@ func parseResourceVerb(name, usageLine, summary string, args []string, stderr io
 		printFlags(fs)
 		fmt.Fprintln(stderr, clientEnvHelp)
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return "", "", usageStatus(err), false
-	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "leaseplane %s: want exactly one RESOURCE (and --as DID with a workspace key)\n", name)
-		fs.Usage()
-		return "", "", exitUsage, false
+	pos, status, ok := parsePositional(fs, args, 1, "exactly one RESOURCE (and --as DID with a workspace key)")
+	if !ok {
+		return "", "", status, false
 	}
 	as, status, ok = resolveAs(name, *asFlag, stderr)
 	return pos[0], as, status, ok

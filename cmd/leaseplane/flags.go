@@ -36,6 +36,22 @@ func parseCount(fs *flag.FlagSet, args []string, n int) (code int, ok bool) {
 	return exitOK, true
 }
 
+// parsePositional parses args (flags and arguments in any order) and
+// checks that want arguments are given; otherwise it says "want what",
+// prints the usage and gives the exit status (0 for -h).
+func parsePositional(fs *flag.FlagSet, args []string, want int, what string) (pos []string, code int, ok bool) {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, usageStatus(err), false
+	}
+	if len(pos) != want {
+		fmt.Fprintf(fs.Output(), "leaseplane %s: want %s\n", fs.Name(), what)
+		fs.Usage()
+		return nil, exitUsage, false
+	}
+	return pos, exitOK, true
+}
+
 // subverb is one verb of a command with verbs of its own (keys, ledger).
 type subverb func(args []string, stdout, stderr io.Writer) int
 

@@ -58,13 +58,8 @@ func keysCreate(args []string, stdout, stderr io.Writer) int {
 	agent := fs.String("agent", "", "make an agent key for this DID")
 	operator := fs.Bool("operator", false, "make an operator key")
 	rules := fs.String("rules", "", `rules of a new workspace, e.g. {"readShared":["file:"]}`)
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "leaseplane keys create: unexpected argument %q\n", pos[0])
-		return 2
+	if _, code, ok := parsePositional(fs, args, 0, "no arguments"); !ok {
+		return code
 	}
 	if *wsName == "" {
 		fmt.Fprintln(stderr, "leaseplane keys create: --workspace is required")
@@ -129,13 +124,8 @@ func keysCreate(args []string, stdout, stderr io.Writer) int {
 func keysList(args []string, stdout, stderr io.Writer) int {
 	fs, data := keysFlags("list", stderr)
 	wsName := fs.String("workspace", "", "list only this workspace's keys")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "leaseplane keys list: unexpected argument %q\n", pos[0])
-		return 2
+	if _, code, ok := parsePositional(fs, args, 0, "no arguments"); !ok {
+		return code
 	}
 	st, ok := openStore("keys list", *data, stderr)
 	if !ok {
