@@ -90,6 +90,21 @@ func (ts *testServer) newKey(role store.Role, did string, nowMs int64) string {
 	return key
 }
 
+// newWorkspaceKey makes the workspace name (no rules) and a workspace key
+// of it, both at time 1.
+func (ts *testServer) newWorkspaceKey(name string) string {
+	ts.t.Helper()
+	w, _, err := ts.s.Store().EnsureWorkspace(name, nil, 1)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	key, _, err := ts.s.Store().CreateKey(w, store.RoleWorkspace, "", 1)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	return key
+}
+
 // verifierKey is the ledger's verifier key of the workspace "default".
 func (ts *testServer) verifierKey() string {
 	_, vk := ts.ledgerGet(ts.key, "key")

@@ -68,15 +68,23 @@ func (ts *testServer) untilWaiter(actor string) {
 	}
 }
 
+// heldBehindHolder grants lock:a to did:example:holder, then holds
+// did:example:waiter's request for it (waitUpToMs) until it waits.
+func (ts *testServer) heldBehindHolder(waitUpToMs string) <-chan heldResult {
+	ts.t.Helper()
+	if st, b := ts.lease("lock:a", "did:example:holder"); st != 200 {
+		ts.t.Fatalf("setup: %d %s", st, b)
+	}
+	res := ts.holdLease("lock:a", "did:example:waiter", waitUpToMs)
+	ts.untilWaiter("did:example:waiter")
+	return res
+}
+
 // A held request is answered the grant as soon as the holder releases,
 // with no time passing on the server's clock.
 func TestHeldRequestGrantedOnRelease(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())
-	if st, b := ts.lease("lock:a", "did:example:holder"); st != 200 {
-		t.Fatalf("setup: %d %s", st, b)
-	}
-	res := ts.holdLease("lock:a", "did:example:waiter", "10000")
-	ts.untilWaiter("did:example:waiter")
+	res := ts.heldBehindHolder("10000")
 	select {
 	case r := <-res:
 		t.Fatalf("the held request was answered before the release: %d %s", r.status, r.body)
@@ -188,11 +196,7 @@ func TestHeldRequestBadWait(t *testing.T) {
 // abandoned request does not make it a waiter again.
 func TestHeldRequestEndsOnOwnRelease(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())
-	if st, b := ts.lease("lock:a", "did:example:holder"); st != 200 {
-		t.Fatalf("setup: %d %s", st, b)
-	}
-	res := ts.holdLease("lock:a", "did:example:waiter", "30000")
-	ts.untilWaiter("did:example:waiter")
+	res := ts.heldBehindHolder("30000")
 	if st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:waiter"}`); st != 200 {
 		t.Fatalf("the waiter's release: %d %s", st, b)
 	}

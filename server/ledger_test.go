@@ -291,14 +291,7 @@ func TestLedgerRecordsEveryChange(t *testing.T) {
 // TestLedgerWorkspacesApart: a workspace's keys see only its own ledger.
 func TestLedgerWorkspacesApart(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())
-	wb, _, err := ts.s.Store().EnsureWorkspace("other", nil, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyB, _, err := ts.s.Store().CreateKey(wb, store.RoleWorkspace, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keyB := ts.newWorkspaceKey("other")
 	_, a := ts.lease("lock:secret", "did:example:a")
 	idA := ts.leaseID(a)
 	st, _, b := ts.do("POST", RouteLease, keyB, `{"resource":"lock:mine","actorDid":"did:example:b"}`)
@@ -484,14 +477,7 @@ func TestLedgerCatchesUpAfterRestart(t *testing.T) {
 func TestLedgerKeyUnwritable(t *testing.T) {
 	dir := t.TempDir()
 	ts := newTestServer(t, dir)
-	wb, _, err := ts.s.Store().EnsureWorkspace("late", nil, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyB, _, err := ts.s.Store().CreateKey(wb, store.RoleWorkspace, "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keyB := ts.newWorkspaceKey("late")
 	// A file where the key would go makes the key unwritable.
 	keyFile := filepath.Join(dir, "ledger-keys", "late.key")
 	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {

@@ -223,28 +223,18 @@ func validate(doc map[string]any, schema, v any, at string) error {
 	return nil
 }
 
+// jsonTypes tell JSON Schema's types apart in a decoded JSON value.
+var jsonTypes = map[string]func(v any) bool{
+	"object":  func(v any) bool { _, ok := v.(map[string]any); return ok },
+	"array":   func(v any) bool { _, ok := v.([]any); return ok },
+	"string":  func(v any) bool { _, ok := v.(string); return ok },
+	"boolean": func(v any) bool { _, ok := v.(bool); return ok },
+	"number":  func(v any) bool { _, ok := v.(float64); return ok },
+	"integer": func(v any) bool { f, ok := v.(float64); return ok && f == math.Trunc(f) },
+	"null":    func(v any) bool { return v == nil },
+}
+
 func hasType(t string, v any) bool {
-	switch t {
-	case "object":
-		_, ok := v.(map[string]any)
-		return ok
-	case "array":
-		_, ok := v.([]any)
-		return ok
-	case "string":
-		_, ok := v.(string)
-		return ok
-	case "boolean":
-		_, ok := v.(bool)
-		return ok
-	case "number":
-		_, ok := v.(float64)
-		return ok
-	case "integer":
-		f, ok := v.(float64)
-		return ok && f == math.Trunc(f)
-	case "null":
-		return v == nil
-	}
-	return false
+	is, known := jsonTypes[t]
+	return known && is(v)
 }

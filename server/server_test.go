@@ -264,10 +264,7 @@ func TestAlarmLapsesWithoutTraffic(t *testing.T) {
 	if err := ts.s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := servertest.OpenStore(t, dir)
 	defer st.Close()
 	// The ledger holds the events (the events table is written only
 	// without a ledger).

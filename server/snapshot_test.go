@@ -71,15 +71,9 @@ func TestSnapshotDoesNotStallOtherCommits(t *testing.T) {
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := servertest.OpenStore(t, dir)
 	defer st.Close()
-	w, err := st.WorkspaceByName("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := servertest.Workspace(t, st, "a")
 	if _, seq, _, err := st.Load(ctx, w.ID); err != nil || seq != 4 {
 		t.Fatalf("workspace a's snapshot after shutdown: seq %d, %v; want 4", seq, err)
 	}

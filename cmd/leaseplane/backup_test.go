@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/server/servertest"
-	"github.com/leaseplane/leaseplane/server/store"
 )
 
 // TestBackupRestoreUnderLoad takes a backup of a running serve under
@@ -52,7 +51,7 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 	var fences []int64 // every fence answered, in the order answered
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	runClients(&wg, 8, stop, func(i, n int) bool {
+	servertest.RunClients(&wg, 8, stop, func(i, n int) bool {
 		body := fmt.Sprintf(`{"resource":"lock:w%d-%d","actorDid":"did:example:worker%d"}`, i, n%4, i)
 		st, b, err := call(c.url, "POST", "/api/v1/acp/coordination/lease", body)
 		if err != nil {
@@ -181,14 +180,8 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 	}
 	// The backup's own counter is behind what the plane answered before it
 	// died: without a raise, fences would be handed out twice.
-	st, err := store.Open(fresh, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := st.WorkspaceByName("default")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := servertest.OpenStore(t, fresh)
+	w := servertest.Workspace(t, st, "default")
 	from, to, ok, err := st.RaisedFence(context.Background(), w.ID)
 	st.Close()
 	if err != nil || !ok {

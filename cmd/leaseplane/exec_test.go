@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/server/client"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // execHooks replaces exec's clock, sleeper and signals for one test.
@@ -63,6 +64,18 @@ func queues(t *testing.T) client.WaitAnswer {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// notWaiting fails the test when did waits in any queue.
+func notWaiting(t *testing.T, did string) {
+	t.Helper()
+	for _, q := range queues(t).Queues {
+		for _, w := range q.Waiters {
+			if w.ActorDid == did {
+				t.Errorf("%s still waits on %s", did, q.Resource)
+			}
+		}
+	}
 }
 
 func TestExecRunsChildHoldingTheLease(t *testing.T) {
@@ -186,14 +199,7 @@ func TestExecTimeoutWhileHeld(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran without its lease")
 	}
-	// The timed-out agent gave up its place in the queue.
-	for _, q := range queues(t).Queues {
-		for _, w := range q.Waiters {
-			if w.ActorDid == "did:web:a" {
-				t.Errorf("did:web:a still waits on %s", q.Resource)
-			}
-		}
-	}
+	notWaiting(t, "did:web:a") // the timed-out agent gave up its place
 }
 
 func TestExecTimeoutSuspendedAndUsage(t *testing.T) {
@@ -225,14 +231,7 @@ func TestExecTimeoutSuspendedAndUsage(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("a command ran without its lease")
 	}
-	// The timed-out agent gave up its place in the queue.
-	for _, q := range queues(t).Queues {
-		for _, w := range q.Waiters {
-			if w.ActorDid == "did:web:a" {
-				t.Errorf("did:web:a still waits on %s", q.Resource)
-			}
-		}
-	}
+	notWaiting(t, "did:web:a") // the timed-out agent gave up its place
 	// Without "--", the first word after RESOURCE starts the command.
 	code, out, errOut := cli(t, "exec", "--as", "did:web:a", "other", "echo", "--as", "x")
 	if code != 0 || out != "--as x\n" {
@@ -242,26 +241,16 @@ func TestExecTimeoutSuspendedAndUsage(t *testing.T) {
 
 // gate makes exec's renewal sleeps wait for the test: each sleep announces
 // its duration on asked and returns on wake.
-type gate struct {
-	asked chan time.Duration
-	wake  chan struct{}
-}
+type gate struct{ *servertest.Gate }
 
-func newGate() *gate { return &gate{asked: make(chan time.Duration), wake: make(chan struct{})} }
+func newGate() *gate { return &gate{servertest.NewGate()} }
 
 func (g *gate) sleep(h *execHooks, ctx context.Context, d time.Duration) error {
-	select {
-	case g.asked <- d:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := g.Sleep(ctx, d); err != nil {
+		return err
 	}
-	select {
-	case <-g.wake:
-		h.advance(d)
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	h.advance(d)
+	return nil
 }
 
 // runExecAsync runs exec in a goroutine and returns its result channel.
@@ -295,13 +284,13 @@ func TestExecRenewsWhileRunning(t *testing.T) {
 	// Four renewal periods, each moving the plane's clock 25 s: 100 s in
 	// all, more than three lifetimes. Each renewal keeps the lease.
 	for i := range 4 {
-		if d := <-g.asked; d != client.DefaultRenewEvery {
+		if d := <-g.Asked; d != client.DefaultRenewEvery {
 			t.Fatalf("renewal %d waited %s, want %s", i, d, client.DefaultRenewEvery)
 		}
 		p.clock.Advance(25 * time.Second)
-		g.wake <- struct{}{}
+		g.Wake <- struct{}{}
 	}
-	<-g.asked // the fourth renewal is answered once the next sleep starts
+	<-g.Asked // the fourth renewal is answered once the next sleep starts
 	w := queues(t)
 	if len(w.Queues) != 1 || len(w.Queues[0].Holders) != 1 {
 		t.Fatalf("after 100 s of renewals: %+v", w.Queues)
@@ -331,12 +320,12 @@ func TestExecStopsChildWhenLeaseIsLost(t *testing.T) {
 	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c",
 		`trap 'echo stopped; exit 9' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
 	waitFile(t, ready)
-	<-g.asked
+	<-g.Asked
 	// The plane hears nothing for 31 s: the alarm takes the lease back and
 	// b gets it. The next renewal is refused, so the child must stop.
 	p.clock.Advance(31 * time.Second)
 	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
-	g.wake <- struct{}{}
+	g.Wake <- struct{}{}
 	r := <-done
 	if r.code != exitLost || r.out != "stopped\n" {
 		t.Fatalf("exit %d stdout %q stderr %q; want %d and the child's trap output", r.code, r.out, r.errOut, exitLost)
@@ -366,9 +355,9 @@ func TestExecKillsChildThatIgnoresTERM(t *testing.T) {
 	done := runExecAsync(t, "exec", "r", "--as", "did:web:a", "--", "sh", "-c",
 		`trap '' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
 	waitFile(t, ready)
-	<-g.asked
+	<-g.Asked
 	p.clock.Advance(31 * time.Second) // lapses; the renewal finds it granted again under fence 2
-	g.wake <- struct{}{}
+	g.Wake <- struct{}{}
 	r := <-done
 	if r.code != exitLost || !strings.Contains(r.errOut, "granted again under fence 2 (was 1)") ||
 		!strings.Contains(r.errOut, "the command exited with status 137 after it was stopped") {

@@ -133,7 +133,7 @@ func TestLedgerKill9(t *testing.T) {
 	var receipts []string
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	runClients(&wg, 8, stop, func(i, n int) bool {
+	servertest.RunClients(&wg, 8, stop, func(i, n int) bool {
 		body := fmt.Sprintf(`{"resource":"lock:r%d","actorDid":"did:example:w%d"}`, (i+n)%5, i)
 		st, m, err := loadPost(c.url, key, "/api/v1/acp/coordination/lease", body)
 		if err != nil {

@@ -29,7 +29,6 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server"
 	"github.com/leaseplane/leaseplane/server/servertest"
-	"github.com/leaseplane/leaseplane/server/store"
 )
 
 // e2eServer is `leaseplane serve` running in this process.
@@ -355,15 +354,9 @@ func TestServeLapseWithoutTraffic(t *testing.T) {
 				t.Errorf("alarm did not tick once: %.2000s", mt.raw)
 			}
 			s.stop()
-			st, err := store.Open(data, store.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := servertest.OpenStore(t, data)
 			defer st.Close()
-			w, err := st.WorkspaceByName("default")
-			if err != nil {
-				t.Fatal(err)
-			}
+			w := servertest.Workspace(t, st, "default")
 			es, err := st.LedgerEntries(context.Background(), w.ID, 0, 10)
 			if err != nil {
 				t.Fatal(err)
@@ -448,28 +441,6 @@ func loadPost(url, key, path, body string) (int, map[string]any, error) {
 	return st, m, err
 }
 
-// runClients starts n load clients, counted in wg, until stop closes:
-// client i calls step(i, k) for k = 0, 1, ... until it returns false (the
-// server is gone).
-func runClients(wg *sync.WaitGroup, n int, stop <-chan struct{}, step func(i, k int) bool) {
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := 0; ; k++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if !step(i, k) {
-					return
-				}
-			}
-		}()
-	}
-}
-
 type grant struct {
 	resource, holder, id string
 	fence                int64
@@ -534,7 +505,7 @@ func stopUnderLoad(t *testing.T, engine string, sig syscall.Signal) {
 		l := m["lease"].(map[string]any)
 		holds = append(holds, grant{res, did, l["id"].(string), int64(l["fence"].(float64))})
 	}
-	runClients(&wg, clients, stop, func(i, n int) bool {
+	servertest.RunClients(&wg, clients, stop, func(i, n int) bool {
 		did := fmt.Sprintf("did:example:worker%d", i)
 		res := fmt.Sprintf("lock:r%d", (i+n)%resources)
 		body := `{"resource":"` + res + `","actorDid":"` + did + `"}`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server"
+	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -32,26 +33,16 @@ func busyPlane(t testing.TB, snapEvery int, logKeep int64) (dir string, s *serve
 	n := 0
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := 0; ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				body := []byte(fmt.Sprintf(`{"resource":"lock:%d-%d","actorDid":"did:example:c%d"}`, i, j%3, i))
-				if st, _, _ := s.Call(context.Background(), key, kernel.OpAcquire, body); st == 200 {
-					mu.Lock()
-					n++
-					mu.Unlock()
-				}
-				s.Call(context.Background(), key, kernel.OpRelease, body)
-			}
-		}()
-	}
+	servertest.RunClients(&wg, 4, stop, func(i, j int) bool {
+		body := []byte(fmt.Sprintf(`{"resource":"lock:%d-%d","actorDid":"did:example:c%d"}`, i, j%3, i))
+		if st, _, _ := s.Call(context.Background(), key, kernel.OpAcquire, body); st == 200 {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		s.Call(context.Background(), key, kernel.OpRelease, body)
+		return true
+	})
 	t.Cleanup(func() {
 		close(stop)
 		wg.Wait()
@@ -80,10 +71,7 @@ func TestTakeUnderLoadIsConsistent(t *testing.T) {
 		if _, err := ReadManifest(out); err != nil {
 			t.Fatalf("backup %d: %v", i, err)
 		}
-		st, err := store.Open(out, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := servertest.OpenStore(t, out)
 		snap, snapSeq, recs, err := st.Load(ctx, 1)
 		if err != nil {
 			t.Fatalf("backup %d: the log does not continue the snapshot: %v", i, err)
@@ -212,10 +200,7 @@ func TestRestoreRefusals(t *testing.T) {
 	if rep.Raise != (store.FenceRaise{Raise: 1000*RatePerMs + Margin, Floor: 5_000_000}) {
 		t.Errorf("raise %+v, want %d and floor 5000000 for a backup 1 s old", rep.Raise, 1000*RatePerMs+Margin)
 	}
-	st, err := store.Open(target, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := servertest.OpenStore(t, target)
 	defer st.Close()
 	if r, ok, err := st.PendingFenceRaise(ctx, 1); err != nil || !ok || r != rep.Raise {
 		t.Errorf("the restored folder's pending raise: %+v %v %v, want %+v", r, ok, err, rep.Raise)

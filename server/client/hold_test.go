@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // stepClock is a fake clock shared by the Holder and the fake plane: Sleep
@@ -159,40 +160,27 @@ func TestHolderStops(t *testing.T) {
 // on asked and returns when the test sends on wake (or ctx ends).
 type gateClock struct {
 	stepClock
-	asked chan time.Duration
-	wake  chan struct{}
+	*servertest.Gate
 }
 
-func (c *gateClock) Sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case c.asked <- d:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-c.wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (c *gateClock) Sleep(ctx context.Context, d time.Duration) error { return c.Gate.Sleep(ctx, d) }
 
 func TestHolderRenewsWhileWorking(t *testing.T) {
 	f, ts := newFakePlane(t, "k")
-	clk := &gateClock{stepClock: stepClock{t: time.Unix(1000, 0), plane: f}, asked: make(chan time.Duration), wake: make(chan struct{})}
+	clk := &gateClock{stepClock: stepClock{t: time.Unix(1000, 0), plane: f}, Gate: servertest.NewGate()}
 	h := &Holder{Client: New(ts.URL, "k", nil), Req: AcquireRequest{Resource: "r", ActorDid: "did:a:me"}, Now: clk.Now, Sleep: clk.Sleep}
 	var got *Lease
 	err := h.Run(context.Background(), func(ctx context.Context, l *Lease) error {
 		got = l
 		// Three renewal periods of 25 s each: 75 s, far past one lifetime.
 		for i := range 3 {
-			if d := <-clk.asked; d != DefaultRenewEvery {
+			if d := <-clk.Asked; d != DefaultRenewEvery {
 				t.Errorf("renewal %d slept %s, want %s", i, d, DefaultRenewEvery)
 			}
 			clk.advance(25 * time.Second)
-			clk.wake <- struct{}{}
+			clk.Wake <- struct{}{}
 		}
-		<-clk.asked // the third renewal is done once the next sleep begins
+		<-clk.Asked // the third renewal is done once the next sleep begins
 		w := string(f.apply(t, kernel.OpWait, `{}`))
 		if !strings.Contains(w, `"holders":[{"id":"`+l.ID+`"`) {
 			t.Errorf("lease not held after 75 s of renewals: %s", w)
@@ -228,14 +216,14 @@ func TestHolderLosesLease(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f, ts := newFakePlane(t, "k")
-			clk := &gateClock{stepClock: stepClock{t: time.Unix(1000, 0), plane: f}, asked: make(chan time.Duration), wake: make(chan struct{})}
+			clk := &gateClock{stepClock: stepClock{t: time.Unix(1000, 0), plane: f}, Gate: servertest.NewGate()}
 			h := &Holder{Client: New(ts.URL, "k", nil), Req: AcquireRequest{Resource: "r", ActorDid: "did:a:me"}, Now: clk.Now, Sleep: clk.Sleep}
 			var cause error
 			err := h.Run(context.Background(), func(ctx context.Context, l *Lease) error {
-				<-clk.asked
+				<-clk.Asked
 				clk.advance(31 * time.Second) // the lease lapses
 				tc.between(f, t)
-				clk.wake <- struct{}{}
+				clk.Wake <- struct{}{}
 				<-ctx.Done()
 				cause = context.Cause(ctx)
 				return nil

@@ -12,7 +12,12 @@ import (
 // kernel with no disk: the cost MCP adds on top of the plane.
 func benchmarkCall(b *testing.B, connect connector) {
 	p := newPlane(b)
-	cs := connect(b, p, wsKey)
+	benchAcquire(b, connect(b, p, wsKey))
+}
+
+// benchAcquire times coordination.lease.acquire calls through cs (each a
+// renewal after the first).
+func benchAcquire(b *testing.B, cs *sdk.ClientSession) {
 	args := map[string]any{"resource": resource, "actorDid": didA}
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -125,17 +125,21 @@ func connectRealHTTP(t testing.TB, url, key string) *sdk.ClientSession {
 	return connect(t, tr)
 }
 
+// realConnectors are the two ways a client reaches the real server:
+// streamable HTTP at /mcp, and stdio through a leaseplane mcp child.
+var realConnectors = []struct {
+	name    string
+	connect func(t testing.TB, url, key string) *sdk.ClientSession
+}{
+	{"http", connectRealHTTP},
+	{"stdio-subprocess", connectSubprocess},
+}
+
 // TestRealServer runs the acceptance flow against the real server: over
 // streamable HTTP at /mcp, and over stdio through `leaseplane mcp` as a
 // child process forwarding to the server's REST routes.
 func TestRealServer(t *testing.T) {
-	for _, tr := range []struct {
-		name    string
-		connect func(t testing.TB, url, key string) *sdk.ClientSession
-	}{
-		{"http", connectRealHTTP},
-		{"stdio-subprocess", connectSubprocess},
-	} {
+	for _, tr := range realConnectors {
 		t.Run(tr.name, func(t *testing.T) {
 			p := startRealPlane(t)
 			flow(t, tr.connect(t, p.url, p.agentKey), tr.connect(t, p.url, p.wsKey))
@@ -145,14 +149,7 @@ func TestRealServer(t *testing.T) {
 			if tr.name == "http" {
 				return
 			}
-			bad := tr.connect(t, p.url, "lp_not-a-key")
-			res, err := bad.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolWait})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !res.IsError || !strings.Contains(text(res), "unauthorized") {
-				t.Errorf("unknown key: isError=%v %q, want an unauthorized error", res.IsError, text(res))
-			}
+			wantToolError(t, "unknown key", tr.connect(t, p.url, "lp_not-a-key"), &sdk.CallToolParams{Name: ToolWait}, "unauthorized")
 		})
 	}
 }
@@ -162,13 +159,7 @@ func TestRealServer(t *testing.T) {
 // they answer what their REST routes answer; with a workspace key they are
 // refused.
 func TestOperatorTools(t *testing.T) {
-	for _, tr := range []struct {
-		name    string
-		connect func(t testing.TB, url, key string) *sdk.ClientSession
-	}{
-		{"http", connectRealHTTP},
-		{"stdio-subprocess", connectSubprocess},
-	} {
+	for _, tr := range realConnectors {
 		t.Run(tr.name, func(t *testing.T) {
 			p := startRealPlane(t)
 			ctx := context.Background()
@@ -192,15 +183,8 @@ func TestOperatorTools(t *testing.T) {
 			if err != nil || res.IsError || !strings.Contains(text(res), `"detector":"lease-overlap"`) || !strings.Contains(text(res), `"findings":[]`) {
 				t.Fatalf("detection.run: %v %v %q", err, res.IsError, text(res))
 			}
-			res, _ = op.CallTool(ctx, &sdk.CallToolParams{Name: ToolDetectionRun})
-			if !res.IsError || !strings.Contains(text(res), "detector is required") {
-				t.Errorf("detection.run without a detector: %v %q", res.IsError, text(res))
-			}
-			ws := tr.connect(t, p.url, p.wsKey)
-			res, _ = ws.CallTool(ctx, &sdk.CallToolParams{Name: ToolDrillsRun})
-			if !res.IsError || !strings.Contains(text(res), "needs an operator key") {
-				t.Errorf("drills.run with a workspace key: %v %q", res.IsError, text(res))
-			}
+			wantToolError(t, "detection.run without a detector", op, &sdk.CallToolParams{Name: ToolDetectionRun}, "detector is required")
+			wantToolError(t, "drills.run with a workspace key", tr.connect(t, p.url, p.wsKey), &sdk.CallToolParams{Name: ToolDrillsRun}, "needs an operator key")
 		})
 	}
 }
@@ -226,16 +210,7 @@ func BenchmarkRealAcquireREST(b *testing.B) {
 
 func benchmarkRealMCP(b *testing.B, connect func(t testing.TB, url, key string) *sdk.ClientSession) {
 	p := startRealPlane(b)
-	cs := connect(b, p.url, p.wsKey)
-	args := map[string]any{"resource": resource, "actorDid": didA}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolAcquire, Arguments: args})
-		if err != nil || res.IsError {
-			b.Fatalf("acquire: %v %v", err, res)
-		}
-	}
+	benchAcquire(b, connect(b, p.url, p.wsKey))
 }
 
 func BenchmarkRealAcquireMCPHTTP(b *testing.B)  { benchmarkRealMCP(b, connectRealHTTP) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -259,6 +260,19 @@ func schemaOf(t *testing.T, v any) *jsonschema.Schema {
 	return &s
 }
 
+// wantToolError calls a tool on cs and fails the test (saying what) unless
+// the call answers an isError result containing want.
+func wantToolError(t *testing.T, what string, cs *sdk.ClientSession, params *sdk.CallToolParams, want string) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil {
+		t.Fatalf("%s: protocol error: %v", what, err)
+	}
+	if !res.IsError || !strings.Contains(text(res), want) {
+		t.Errorf("%s: isError=%v %q, want an error containing %q", what, res.IsError, text(res), want)
+	}
+}
+
 func text(res *sdk.CallToolResult) string {
 	var parts []string
 	for _, c := range res.Content {
@@ -381,13 +395,7 @@ func TestErrorResults(t *testing.T) {
 			t.Run(tr.name+"/"+c.name, func(t *testing.T) {
 				p := newPlane(t)
 				cs := tr.connect(t, p, c.key)
-				res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: c.tool, Arguments: c.args})
-				if err != nil {
-					t.Fatalf("protocol error: %v", err)
-				}
-				if !res.IsError || !strings.Contains(text(res), c.contains) {
-					t.Errorf("isError=%v %q, want an error containing %q", res.IsError, text(res), c.contains)
-				}
+				wantToolError(t, c.tool, cs, &sdk.CallToolParams{Name: c.tool, Arguments: c.args}, c.contains)
 				if reached := len(p.calls) > 0; reached != c.backend {
 					t.Errorf("backend calls %v, want reached=%v", p.calls, c.backend)
 				}
@@ -409,13 +417,7 @@ func TestUnreachablePlane(t *testing.T) {
 	go ServeStdio(context.Background(), downPlane{}, "", toServerR, toClientW, Options{AuthHint: "set LEASEPLANE_KEY"})
 	defer toServerW.Close()
 	cs := connect(t, &sdk.IOTransport{Reader: toClientR, Writer: toServerW})
-	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.IsError || !strings.Contains(text(res), "gave no decision") {
-		t.Errorf("isError=%v %q, want an error saying the plane gave no decision", res.IsError, text(res))
-	}
+	wantToolError(t, "wait with the plane down", cs, &sdk.CallToolParams{Name: ToolWait}, "gave no decision")
 }
 
 // TestHTTPAuth checks the HTTP layer: no bearer key is HTTP 401 with a
@@ -513,16 +515,7 @@ func TestRefusalsAreResults(t *testing.T) {
 }
 
 // bufferCloser is an output that records what the server wrote.
-type bufferCloser struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *bufferCloser) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
+type bufferCloser struct{ servertest.Buffer }
 
 func (w *bufferCloser) Close() error { return nil }
 
@@ -539,7 +532,7 @@ func TestStdioAnswersBeforeEOF(t *testing.T) {
 	if err := ServeStdio(context.Background(), newPlane(t), wsKey, io.NopCloser(strings.NewReader(in)), &out, Options{}); err != nil {
 		t.Fatalf("ServeStdio: %v", err)
 	}
-	got := out.b.String()
+	got := out.String()
 	for _, want := range []string{`"id":1,"result":{`, `"id":"two","result":{"content":[{"type":"text","text":"{\"ok\":true`, `"id":3,"result":{`, `"name":"coordination.wait"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %s:\n%s", want, got)
@@ -616,13 +609,7 @@ func TestOddAnswers(t *testing.T) {
 		toClientR, toClientW := io.Pipe()
 		go ServeStdio(context.Background(), c.plane, "", toServerR, toClientW, Options{})
 		cs := connect(t, &sdk.IOTransport{Reader: toClientR, Writer: toServerW})
-		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolWait})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.IsError || !strings.Contains(text(res), c.contains) {
-			t.Errorf("%d %s: isError=%v %q, want an error containing %q", c.plane.status, c.plane.body, res.IsError, text(res), c.contains)
-		}
+		wantToolError(t, fmt.Sprintf("%d %s", c.plane.status, c.plane.body), cs, &sdk.CallToolParams{Name: ToolWait}, c.contains)
 		toServerW.Close()
 	}
 }
