@@ -236,11 +236,8 @@ func expectAcquire(v view, now int64, res, actor, mode string) (reason string, h
 			}
 		}
 		if len(claimants) == 0 {
-			switch {
-			case nl+1 > v.Rules.Limits.Leases:
-				return "limit_exceeded:leases", nil, nil
-			case !known && na+1 > v.Rules.Limits.Agents:
-				return "limit_exceeded:agents", nil, nil
+			if hit := overLimit("leases", nl, v.Rules.Limits.Leases, known, na, v.Rules.Limits.Agents); hit != "" {
+				return hit, nil, nil
 			}
 			return "grant", nil, nil
 		}
@@ -280,14 +277,24 @@ func expectAcquire(v view, now int64, res, actor, mode string) (reason string, h
 		waiting = waiting || w.ActorDid == actor
 	}
 	if !waiting {
-		switch {
-		case nw+1 > v.Rules.Limits.Waiters:
-			return "limit_exceeded:waiters", nil, nil
-		case !known && na+1 > v.Rules.Limits.Agents:
-			return "limit_exceeded:agents", nil, nil
+		if hit := overLimit("waiters", nw, v.Rules.Limits.Waiters, known, na, v.Rules.Limits.Agents); hit != "" {
+			return hit, nil, nil
 		}
 	}
 	return "lease_held", holders, claimants
+}
+
+// overLimit is the refusal of a verdict that would add one to what (n of
+// them now, limit at most), or one agent when the asker is not known (na
+// now, agents at most): "limit_exceeded:WHAT", or "" when both fit.
+func overLimit(what string, n, limit int, known bool, na, agents int) string {
+	switch {
+	case n+1 > limit:
+		return "limit_exceeded:" + what
+	case !known && na+1 > agents:
+		return "limit_exceeded:agents"
+	}
+	return ""
 }
 
 type answer struct {

@@ -71,11 +71,7 @@ func TestAttacks(t *testing.T) {
 		req, _ := http.NewRequest("GET", waitURL, nil)
 		req.Header.Add("Authorization", "Bearer lp_bogus")
 		req.Header.Add("Authorization", "Bearer "+ws)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp, _ := servertest.Send(t, req)
 		if resp.StatusCode != 401 {
 			t.Errorf("two Authorization headers, the first bogus: %d", resp.StatusCode)
 		}

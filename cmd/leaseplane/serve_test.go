@@ -75,6 +75,14 @@ func serveInProcess(t *testing.T, args []string, env serveEnv) *e2eServer {
 	return s
 }
 
+// eachEngine runs test once per engine, as a subtest, against serve
+// started on a fresh data folder with a test clock.
+func eachEngine(t *testing.T, test func(t *testing.T, engine string, s *e2eServer)) {
+	for _, engine := range engineNames() {
+		t.Run(engine, func(t *testing.T) { test(t, engine, e2eStart(t, engine, t.TempDir(), servertest.NewClock())) })
+	}
+}
+
 // e2eStart runs serve on data with engine and clock.
 func e2eStart(t *testing.T, engine, data string, clock *servertest.Clock) *e2eServer {
 	t.Helper()
@@ -184,196 +192,185 @@ const (
 // against the real serve, per engine. (503 on a failing disk write is in
 // server's TestCommitFailure, which can inject the failure.)
 func TestServeHTTPRows(t *testing.T) {
-	for _, engine := range engineNames() {
-		t.Run(engine, func(t *testing.T) {
-			data := t.TempDir()
-			s := e2eStart(t, engine, data, servertest.NewClock())
-			if s.key == "" || !strings.HasPrefix(s.key, "lp_") {
-				t.Fatalf("first start printed no key: %s", s.out)
-			}
-			k := s.key
-			// 200 grant, then renewal keeps id and fence.
-			g := s.lease(k, "lock:deploy/production", didRelease)
-			expect(t, "grant", g, 200, "")
-			lease := g.m["lease"].(map[string]any)
-			if lease["fence"] != 1.0 || lease["holder"] != didRelease || lease["expiresAtMs"] != 1_800_000_030_000.0 {
-				t.Fatalf("grant: %s", g.raw)
-			}
-			s.clock.Advance(time.Second)
-			r := s.lease(k, "lock:deploy/production", didRelease)
-			expect(t, "renew", r, 200, "")
-			if rl := r.m["lease"].(map[string]any); rl["id"] != lease["id"] || rl["fence"] != 1.0 || rl["expiresAtMs"] != 1_800_000_031_000.0 {
-				t.Fatalf("renewal: %s", r.raw)
-			}
-			// 409 lease_held with Retry-After.
-			h := s.lease(k, "lock:deploy/production", didCost)
-			expect(t, "held", h, 409, "lease_held")
-			if h.header.Get("Retry-After") != "1" || h.str("holder") != didRelease {
-				t.Fatalf("lease_held: Retry-After %q: %s", h.header.Get("Retry-After"), h.raw)
-			}
-			if st := h.m["stampede"].(map[string]any); st["waitMs"] != 50.0 {
-				t.Fatalf("lease_held stampede: %s", h.raw)
-			}
-			// 409 deadlock with Retry-After: cost holds lock:b and waits on
-			// lock:deploy/production; release asking for lock:b closes the loop.
-			expect(t, "cost takes lock:b", s.lease(k, "lock:b", didCost), 200, "")
-			d := s.lease(k, "lock:b", didRelease)
-			expect(t, "deadlock", d, 409, "deadlock")
-			if d.header.Get("Retry-After") == "" || d.str("holder") != didCost || d.str("waitingOn") != "lock:deploy/production" {
-				t.Fatalf("deadlock: Retry-After %q: %s", d.header.Get("Retry-After"), d.raw)
-			}
-			// wait 200 shows the queue and the deadlock pair.
-			w := s.wait(k)
-			expect(t, "wait", w, 200, "")
-			if n := len(w.m["queues"].([]any)); n != 2 || len(w.m["deadlocks"].([]any)) != 1 {
-				t.Fatalf("wait: %s", w.raw)
-			}
-			// release: 409 stale_lease for a wrong leaseId, 200 otherwise,
-			// 200 released false when nothing is held.
-			expect(t, "stale", s.release(k, `{"resource":"lock:deploy/production","actorDid":"`+didRelease+`","leaseId":"lease_0000000000000000"}`), 409, "stale_lease")
-			rel := s.release(k, `{"resource":"lock:deploy/production","actorDid":"`+didRelease+`","leaseId":"`+lease["id"].(string)+`"}`)
-			expect(t, "release", rel, 200, "")
-			if rel.m["released"] != true {
-				t.Fatalf("release: %s", rel.raw)
-			}
-			none := s.release(k, `{"resource":"lock:deploy/production","actorDid":"`+didRelease+`"}`)
-			expect(t, "release nothing", none, 200, "")
-			if none.m["released"] != false {
-				t.Fatalf("release of nothing: %s", none.raw)
-			}
-			// 400, 401, 413.
-			expect(t, "invalid", s.lease(k, "lock:x", "not-a-did"), 400, "invalid_request")
-			expect(t, "no key", s.lease("", "lock:x", didCost), 401, "unauthorized")
-			expect(t, "bad key", s.lease("lp_000000000000_AAAA", "lock:x", didCost), 401, "unauthorized")
-			big := e2eDo(t, "POST", s.url+"/api/v1/acp/coordination/lease", k, `{"resource":"`+strings.Repeat("a", 10000)+`"}`)
-			expect(t, "too large", big, 413, "body_too_large")
-			// 403 actor_mismatch: an agent key names only its own DID.
-			ak := keysCLI(t, "create", "--data", data, "--workspace", "default", "--agent", didCost)
-			expect(t, "agent key, own DID", s.lease(ak, "lock:c", didCost), 200, "")
-			mm := s.lease(ak, "lock:c", didRelease)
-			expect(t, "agent key, other DID", mm, 403, "actor_mismatch")
-			expect(t, "agent key, wait", s.wait(ak), 200, "")
-			// 403 suspended, through the operator's lever.
-			ok := keysCLI(t, "create", "--data", data, "--workspace", "default", "--operator")
-			suspend := `{"actorDid":"` + didCost + `"}`
-			expect(t, "suspend with workspace key", e2eDo(t, "POST", s.url+"/api/v1/acp/operator/suspend", k, suspend), 403, "forbidden")
-			sp := e2eDo(t, "POST", s.url+"/api/v1/acp/operator/suspend", ok, suspend)
-			expect(t, "suspend", sp, 200, "")
-			if len(sp.m["revokedIds"].([]any)) != 2 {
-				t.Fatalf("suspend revoked: %s", sp.raw)
-			}
-			expect(t, "suspended agent", s.lease(k, "lock:d", didCost), 403, "suspended")
-			expect(t, "resume", e2eDo(t, "POST", s.url+"/api/v1/acp/operator/resume", ok, suspend), 200, "")
-			expect(t, "resumed agent", s.lease(k, "lock:d", didCost), 200, "")
-			// health and metrics.
-			hz := e2eDo(t, "GET", s.url+"/healthz", "", "")
-			expect(t, "healthz", hz, 200, "")
-			if hz.str("engine") != engine {
-				t.Errorf("healthz engine: %s", hz.raw)
-			}
-			mt := e2eDo(t, "GET", s.url+"/metrics", "", "")
-			if mt.status != 200 || !bytes.Contains(mt.raw, []byte(`leaseplane_requests_total{code="409",op="acquire"}`)) {
-				t.Errorf("metrics: %d %.300s", mt.status, mt.raw)
-			}
-		})
-	}
+	eachEngine(t, func(t *testing.T, engine string, s *e2eServer) {
+		data := s.data
+		if s.key == "" || !strings.HasPrefix(s.key, "lp_") {
+			t.Fatalf("first start printed no key: %s", s.out)
+		}
+		k := s.key
+		// 200 grant, then renewal keeps id and fence.
+		g := s.lease(k, "lock:deploy/production", didRelease)
+		expect(t, "grant", g, 200, "")
+		lease := g.m["lease"].(map[string]any)
+		if lease["fence"] != 1.0 || lease["holder"] != didRelease || lease["expiresAtMs"] != 1_800_000_030_000.0 {
+			t.Fatalf("grant: %s", g.raw)
+		}
+		s.clock.Advance(time.Second)
+		r := s.lease(k, "lock:deploy/production", didRelease)
+		expect(t, "renew", r, 200, "")
+		if rl := r.m["lease"].(map[string]any); rl["id"] != lease["id"] || rl["fence"] != 1.0 || rl["expiresAtMs"] != 1_800_000_031_000.0 {
+			t.Fatalf("renewal: %s", r.raw)
+		}
+		// 409 lease_held with Retry-After.
+		h := s.lease(k, "lock:deploy/production", didCost)
+		expect(t, "held", h, 409, "lease_held")
+		if h.header.Get("Retry-After") != "1" || h.str("holder") != didRelease {
+			t.Fatalf("lease_held: Retry-After %q: %s", h.header.Get("Retry-After"), h.raw)
+		}
+		if st := h.m["stampede"].(map[string]any); st["waitMs"] != 50.0 {
+			t.Fatalf("lease_held stampede: %s", h.raw)
+		}
+		// 409 deadlock with Retry-After: cost holds lock:b and waits on
+		// lock:deploy/production; release asking for lock:b closes the loop.
+		expect(t, "cost takes lock:b", s.lease(k, "lock:b", didCost), 200, "")
+		d := s.lease(k, "lock:b", didRelease)
+		expect(t, "deadlock", d, 409, "deadlock")
+		if d.header.Get("Retry-After") == "" || d.str("holder") != didCost || d.str("waitingOn") != "lock:deploy/production" {
+			t.Fatalf("deadlock: Retry-After %q: %s", d.header.Get("Retry-After"), d.raw)
+		}
+		// wait 200 shows the queue and the deadlock pair.
+		w := s.wait(k)
+		expect(t, "wait", w, 200, "")
+		if n := len(w.m["queues"].([]any)); n != 2 || len(w.m["deadlocks"].([]any)) != 1 {
+			t.Fatalf("wait: %s", w.raw)
+		}
+		// release: 409 stale_lease for a wrong leaseId, 200 otherwise,
+		// 200 released false when nothing is held.
+		expect(t, "stale", s.release(k, `{"resource":"lock:deploy/production","actorDid":"`+didRelease+`","leaseId":"lease_0000000000000000"}`), 409, "stale_lease")
+		rel := s.release(k, `{"resource":"lock:deploy/production","actorDid":"`+didRelease+`","leaseId":"`+lease["id"].(string)+`"}`)
+		expect(t, "release", rel, 200, "")
+		if rel.m["released"] != true {
+			t.Fatalf("release: %s", rel.raw)
+		}
+		none := s.release(k, `{"resource":"lock:deploy/production","actorDid":"`+didRelease+`"}`)
+		expect(t, "release nothing", none, 200, "")
+		if none.m["released"] != false {
+			t.Fatalf("release of nothing: %s", none.raw)
+		}
+		// 400, 401, 413.
+		expect(t, "invalid", s.lease(k, "lock:x", "not-a-did"), 400, "invalid_request")
+		expect(t, "no key", s.lease("", "lock:x", didCost), 401, "unauthorized")
+		expect(t, "bad key", s.lease("lp_000000000000_AAAA", "lock:x", didCost), 401, "unauthorized")
+		big := e2eDo(t, "POST", s.url+"/api/v1/acp/coordination/lease", k, `{"resource":"`+strings.Repeat("a", 10000)+`"}`)
+		expect(t, "too large", big, 413, "body_too_large")
+		// 403 actor_mismatch: an agent key names only its own DID.
+		ak := keysCLI(t, "create", "--data", data, "--workspace", "default", "--agent", didCost)
+		expect(t, "agent key, own DID", s.lease(ak, "lock:c", didCost), 200, "")
+		mm := s.lease(ak, "lock:c", didRelease)
+		expect(t, "agent key, other DID", mm, 403, "actor_mismatch")
+		expect(t, "agent key, wait", s.wait(ak), 200, "")
+		// 403 suspended, through the operator's lever.
+		ok := keysCLI(t, "create", "--data", data, "--workspace", "default", "--operator")
+		suspend := `{"actorDid":"` + didCost + `"}`
+		expect(t, "suspend with workspace key", e2eDo(t, "POST", s.url+"/api/v1/acp/operator/suspend", k, suspend), 403, "forbidden")
+		sp := e2eDo(t, "POST", s.url+"/api/v1/acp/operator/suspend", ok, suspend)
+		expect(t, "suspend", sp, 200, "")
+		if len(sp.m["revokedIds"].([]any)) != 2 {
+			t.Fatalf("suspend revoked: %s", sp.raw)
+		}
+		expect(t, "suspended agent", s.lease(k, "lock:d", didCost), 403, "suspended")
+		expect(t, "resume", e2eDo(t, "POST", s.url+"/api/v1/acp/operator/resume", ok, suspend), 200, "")
+		expect(t, "resumed agent", s.lease(k, "lock:d", didCost), 200, "")
+		// health and metrics.
+		hz := e2eDo(t, "GET", s.url+"/healthz", "", "")
+		expect(t, "healthz", hz, 200, "")
+		if hz.str("engine") != engine {
+			t.Errorf("healthz engine: %s", hz.raw)
+		}
+		mt := e2eDo(t, "GET", s.url+"/metrics", "", "")
+		if mt.status != 200 || !bytes.Contains(mt.raw, []byte(`leaseplane_requests_total{code="409",op="acquire"}`)) {
+			t.Errorf("metrics: %d %.300s", mt.status, mt.raw)
+		}
+	})
 }
 
 // TestServeKeysAndIsolation: workspaces never see each other; a revoked key
 // stops working; a restart gives back exactly the state answered.
 func TestServeKeysAndIsolation(t *testing.T) {
-	for _, engine := range engineNames() {
-		t.Run(engine, func(t *testing.T) {
-			data := t.TempDir()
-			clock := servertest.NewClock()
-			s := e2eStart(t, engine, data, clock)
-			k1 := s.key
-			k2 := keysCLI(t, "create", "--data", data, "--workspace", "other", "--rules", `{"readShared":["file:"]}`)
-			expect(t, "ws1 grant", s.lease(k1, "lock:shared-name", didRelease), 200, "")
-			g2 := s.lease(k2, "lock:shared-name", didCost)
-			expect(t, "ws2 grant of the same name", g2, 200, "")
-			if g2.m["lease"].(map[string]any)["fence"] != 1.0 {
-				t.Fatalf("ws2 fence: %s", g2.raw)
-			}
-			// read-shared rules of the second workspace.
-			expect(t, "read 1", e2eDo(t, "POST", s.url+"/api/v1/acp/coordination/lease", k2, `{"resource":"file:a","actorDid":"did:ex:r1","mode":"read"}`), 200, "")
-			expect(t, "read 2", e2eDo(t, "POST", s.url+"/api/v1/acp/coordination/lease", k2, `{"resource":"file:a","actorDid":"did:ex:r2","mode":"read"}`), 200, "")
-			w1, w2 := s.wait(k1), s.wait(k2)
-			if bytes.Contains(w1.raw, []byte(didCost)) || bytes.Contains(w1.raw, []byte("file:a")) {
-				t.Fatalf("workspace 1 sees workspace 2: %s", w1.raw)
-			}
-			if bytes.Contains(w2.raw, []byte(didRelease)) {
-				t.Fatalf("workspace 2 sees workspace 1: %s", w2.raw)
-			}
-			// A key of workspace 1 cannot release workspace 2's lease.
-			rel := s.release(k1, `{"resource":"lock:shared-name","actorDid":"`+didCost+`"}`)
-			if rel.status != 200 || rel.m["released"] != false {
-				t.Fatalf("cross-workspace release: %s", rel.raw)
-			}
-			// keys list shows both workspaces, hashes only.
-			var out bytes.Buffer
-			if code := run([]string{"keys", "list", "--data", data}, nil, &out, io.Discard); code != 0 {
-				t.Fatal("keys list failed")
-			}
-			if !strings.Contains(out.String(), "other") || strings.Contains(out.String(), k2) {
-				t.Fatalf("keys list: %s", out.String())
-			}
-			// Revocation takes effect as soon as keys revoke returns, though
-			// the server has the key cached and its clock has not moved.
-			expect(t, "key about to be revoked", s.wait(k2), 200, "")
-			keysCLI(t, "revoke", "--data", data, k2)
-			expect(t, "revoked key", s.wait(k2), 401, "unauthorized")
-			expect(t, "other key still works", s.wait(k1), 200, "")
-			// Restart: the same answers.
-			before := s.wait(k1).raw
-			s.stop()
-			s2 := e2eStart(t, engine, data, servertest.NewClock())
-			if s2.key != "" {
-				t.Errorf("a restart on a used data folder made a new key: %s", s2.out)
-			}
-			after := s2.wait(k1).raw
-			if !bytes.Equal(before, after) {
-				t.Fatalf("after restart:\n%s\nbefore:\n%s", after, before)
-			}
-		})
-	}
+	eachEngine(t, func(t *testing.T, engine string, s *e2eServer) {
+		data := s.data
+		k1 := s.key
+		k2 := keysCLI(t, "create", "--data", data, "--workspace", "other", "--rules", `{"readShared":["file:"]}`)
+		expect(t, "ws1 grant", s.lease(k1, "lock:shared-name", didRelease), 200, "")
+		g2 := s.lease(k2, "lock:shared-name", didCost)
+		expect(t, "ws2 grant of the same name", g2, 200, "")
+		if g2.m["lease"].(map[string]any)["fence"] != 1.0 {
+			t.Fatalf("ws2 fence: %s", g2.raw)
+		}
+		// read-shared rules of the second workspace.
+		expect(t, "read 1", e2eDo(t, "POST", s.url+"/api/v1/acp/coordination/lease", k2, `{"resource":"file:a","actorDid":"did:ex:r1","mode":"read"}`), 200, "")
+		expect(t, "read 2", e2eDo(t, "POST", s.url+"/api/v1/acp/coordination/lease", k2, `{"resource":"file:a","actorDid":"did:ex:r2","mode":"read"}`), 200, "")
+		w1, w2 := s.wait(k1), s.wait(k2)
+		if bytes.Contains(w1.raw, []byte(didCost)) || bytes.Contains(w1.raw, []byte("file:a")) {
+			t.Fatalf("workspace 1 sees workspace 2: %s", w1.raw)
+		}
+		if bytes.Contains(w2.raw, []byte(didRelease)) {
+			t.Fatalf("workspace 2 sees workspace 1: %s", w2.raw)
+		}
+		// A key of workspace 1 cannot release workspace 2's lease.
+		rel := s.release(k1, `{"resource":"lock:shared-name","actorDid":"`+didCost+`"}`)
+		if rel.status != 200 || rel.m["released"] != false {
+			t.Fatalf("cross-workspace release: %s", rel.raw)
+		}
+		// keys list shows both workspaces, hashes only.
+		var out bytes.Buffer
+		if code := run([]string{"keys", "list", "--data", data}, nil, &out, io.Discard); code != 0 {
+			t.Fatal("keys list failed")
+		}
+		if !strings.Contains(out.String(), "other") || strings.Contains(out.String(), k2) {
+			t.Fatalf("keys list: %s", out.String())
+		}
+		// Revocation takes effect as soon as keys revoke returns, though
+		// the server has the key cached and its clock has not moved.
+		expect(t, "key about to be revoked", s.wait(k2), 200, "")
+		keysCLI(t, "revoke", "--data", data, k2)
+		expect(t, "revoked key", s.wait(k2), 401, "unauthorized")
+		expect(t, "other key still works", s.wait(k1), 200, "")
+		// Restart: the same answers.
+		before := s.wait(k1).raw
+		s.stop()
+		s2 := e2eStart(t, engine, data, servertest.NewClock())
+		if s2.key != "" {
+			t.Errorf("a restart on a used data folder made a new key: %s", s2.out)
+		}
+		after := s2.wait(k1).raw
+		if !bytes.Equal(before, after) {
+			t.Fatalf("after restart:\n%s\nbefore:\n%s", after, before)
+		}
+	})
 }
 
 // TestServeLapseWithoutTraffic: a lease lapses at its time with nothing
 // asked; its expire event with trust -5 is in the ledger.
 func TestServeLapseWithoutTraffic(t *testing.T) {
-	for _, engine := range engineNames() {
-		t.Run(engine, func(t *testing.T) {
-			data := t.TempDir()
-			clock := servertest.NewClock()
-			s := e2eStart(t, engine, data, clock)
-			expect(t, "grant", s.lease(s.key, "lock:nap", didRelease), 200, "")
-			clock.Advance(30 * time.Second) // the alarm fires; no lease command
-			mt := e2eDo(t, "GET", s.url+"/metrics", "", "")
-			if !bytes.Contains(mt.raw, []byte("leaseplane_alarm_ticks_total 1")) {
-				t.Errorf("alarm did not tick once: %.2000s", mt.raw)
-			}
-			s.stop()
-			st := servertest.OpenStore(t, data)
-			defer st.Close()
-			w := servertest.Workspace(t, st, "default")
-			es, err := st.LedgerEntries(context.Background(), w.ID, 0, 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(es) != 2 || !bytes.HasPrefix(es[1].Data, []byte(`{"type":"coordination.expire","atMs":1800000030000,`)) ||
-				!bytes.Contains(es[1].Data, []byte(`"trustDelta":-5`)) {
-				t.Fatalf("ledger entries after the lapse: %+v", es)
-			}
-			snap, _, _, err := st.Load(context.Background(), w.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bytes.Contains(snap, []byte(`"holder":"`+didRelease)) || !bytes.Contains(snap, []byte(`"trust":{"`+didRelease+`":-5}`)) {
-				t.Fatalf("state after the lapse: %s", snap)
-			}
-		})
-	}
+	eachEngine(t, func(t *testing.T, engine string, s *e2eServer) {
+		data, clock := s.data, s.clock
+		expect(t, "grant", s.lease(s.key, "lock:nap", didRelease), 200, "")
+		clock.Advance(30 * time.Second) // the alarm fires; no lease command
+		mt := e2eDo(t, "GET", s.url+"/metrics", "", "")
+		if !bytes.Contains(mt.raw, []byte("leaseplane_alarm_ticks_total 1")) {
+			t.Errorf("alarm did not tick once: %.2000s", mt.raw)
+		}
+		s.stop()
+		st := servertest.OpenStore(t, data)
+		defer st.Close()
+		w := servertest.Workspace(t, st, "default")
+		es, err := st.LedgerEntries(context.Background(), w.ID, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) != 2 || !bytes.HasPrefix(es[1].Data, []byte(`{"type":"coordination.expire","atMs":1800000030000,`)) ||
+			!bytes.Contains(es[1].Data, []byte(`"trustDelta":-5`)) {
+			t.Fatalf("ledger entries after the lapse: %+v", es)
+		}
+		snap, _, _, err := st.Load(context.Background(), w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(snap, []byte(`"holder":"`+didRelease)) || !bytes.Contains(snap, []byte(`"trust":{"`+didRelease+`":-5}`)) {
+			t.Fatalf("state after the lapse: %s", snap)
+		}
+	})
 }
 
 // child is `leaseplane serve` as a separate process.
@@ -694,47 +691,44 @@ func TestServeBadInput(t *testing.T) {
 	if err := json.Unmarshal(raw, &file); err != nil {
 		t.Fatal(err)
 	}
-	for _, engine := range engineNames() {
-		t.Run(engine, func(t *testing.T) {
-			s := e2eStart(t, engine, t.TempDir(), servertest.NewClock())
-			expect(t, "setup", s.lease(s.key, "lock:a", didRelease), 200, "")
-			before := s.wait(s.key).raw
-			for _, c := range file.Cases {
-				auth, body := c.Auth, c.Body
-				switch auth {
-				case "":
-					auth = "Bearer " + s.key
-				case "-":
-					auth = ""
-				case "@hugekey":
-					auth = "Bearer lp_" + strings.Repeat("a", 5000)
-				}
-				switch body {
-				case "@big":
-					body = `{"resource":"` + strings.Repeat("x", 9000) + `","actorDid":"did:example:a"}`
-				case "@longresource":
-					body = `{"resource":"` + strings.Repeat("r", 257) + `","actorDid":"did:example:a"}`
-				}
-				req, _ := http.NewRequest(c.Method, s.url+c.Path, strings.NewReader(body))
-				if auth != "" {
-					req.Header.Set("Authorization", auth)
-				}
-				resp, b := servertest.Send(t, req)
-				var m map[string]any
-				if err := json.Unmarshal(b, &m); err != nil {
-					t.Errorf("%s: body is not JSON: %s", c.Name, b)
-					continue
-				}
-				msg, _ := m["error"].(string)
-				if resp.StatusCode != c.Status || m["ok"] != false || m["reason"] != c.Reason || !strings.Contains(msg, c.ErrorHas) || msg == "" {
-					t.Errorf("%s: %d %s; want %d %s naming %q", c.Name, resp.StatusCode, b, c.Status, c.Reason, c.ErrorHas)
-				}
+	eachEngine(t, func(t *testing.T, engine string, s *e2eServer) {
+		expect(t, "setup", s.lease(s.key, "lock:a", didRelease), 200, "")
+		before := s.wait(s.key).raw
+		for _, c := range file.Cases {
+			auth, body := c.Auth, c.Body
+			switch auth {
+			case "":
+				auth = "Bearer " + s.key
+			case "-":
+				auth = ""
+			case "@hugekey":
+				auth = "Bearer lp_" + strings.Repeat("a", 5000)
 			}
-			if after := s.wait(s.key).raw; !bytes.Equal(before, after) {
-				t.Errorf("bad input changed state:\n%s\n%s", before, after)
+			switch body {
+			case "@big":
+				body = `{"resource":"` + strings.Repeat("x", 9000) + `","actorDid":"did:example:a"}`
+			case "@longresource":
+				body = `{"resource":"` + strings.Repeat("r", 257) + `","actorDid":"did:example:a"}`
 			}
-		})
-	}
+			req, _ := http.NewRequest(c.Method, s.url+c.Path, strings.NewReader(body))
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, b := servertest.Send(t, req)
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Errorf("%s: body is not JSON: %s", c.Name, b)
+				continue
+			}
+			msg, _ := m["error"].(string)
+			if resp.StatusCode != c.Status || m["ok"] != false || m["reason"] != c.Reason || !strings.Contains(msg, c.ErrorHas) || msg == "" {
+				t.Errorf("%s: %d %s; want %d %s naming %q", c.Name, resp.StatusCode, b, c.Status, c.Reason, c.ErrorHas)
+			}
+		}
+		if after := s.wait(s.key).raw; !bytes.Equal(before, after) {
+			t.Errorf("bad input changed state:\n%s\n%s", before, after)
+		}
+	})
 }
 
 // BenchmarkServeCallPair is one acquire and one release through

@@ -200,11 +200,22 @@ func TestInteropTransparencyDev(t *testing.T) {
 	}
 }
 
-func TestVerifySummaries(t *testing.T) {
+// signedTree is a tree of n entries with its checkpoint signed by the
+// test key of seed 7, the receipt of entry i, and the verifier key.
+func signedTree(t *testing.T, n int, i int64) (tr *ledger.Tree, signed []byte, r ledger.Receipt, verifier string) {
+	t.Helper()
 	s, v := testKey(t, origin, 7)
-	tr := tree(t, 5)
-	signed := sign(t, tr, s, 5)
-	r, _ := tr.Receipt(3, signed, 5)
+	tr = tree(t, n)
+	signed = sign(t, tr, s, int64(n))
+	r, err := tr.Receipt(i, signed, int64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, signed, r, v
+}
+
+func TestVerifySummaries(t *testing.T) {
+	tr, signed, r, v := signedTree(t, 5, 3)
 	for _, tc := range []struct {
 		name, data, want string
 	}{
@@ -227,10 +238,7 @@ func TestVerifySummaries(t *testing.T) {
 // TestTamperEveryByte changes each byte of a small bundle and of a receipt
 // in seven ways: verification fails every time, with a message.
 func TestTamperEveryByte(t *testing.T) {
-	s, v := testKey(t, origin, 7)
-	tr := tree(t, 3)
-	signed := sign(t, tr, s, 3)
-	r, _ := tr.Receipt(1, signed, 3)
+	tr, signed, r, v := signedTree(t, 3, 1)
 	for _, doc := range []struct {
 		name string
 		data []byte

@@ -148,14 +148,8 @@ func TestCorpusScenariosAreMeaningful(t *testing.T) {
 			t.Errorf("%s: no steps", name)
 			continue
 		}
-		out, err := scenario.Replay(kernel.Native, in)
-		if err != nil {
-			t.Errorf("%s: replay: %v", name, err)
-			continue
-		}
-		var tr transcript
-		if err := json.Unmarshal(out, &tr); err != nil {
-			t.Errorf("%s: transcript is not JSON: %v", name, err)
+		tr, ok := replayed(t, name, in)
+		if !ok {
 			continue
 		}
 		if len(tr.Steps) != len(meta.Steps) {
@@ -171,6 +165,23 @@ func TestCorpusScenariosAreMeaningful(t *testing.T) {
 			t.Errorf("%s: no step emits an event or is refused", name)
 		}
 	}
+}
+
+// replayed is the transcript of scenario name (in) replayed natively; when
+// the replay fails or its transcript does not decode, the test fails and
+// ok is false.
+func replayed(t *testing.T, name string, in []byte) (tr transcript, ok bool) {
+	t.Helper()
+	out, err := scenario.Replay(kernel.Native, in)
+	if err != nil {
+		t.Errorf("%s: replay: %v", name, err)
+		return tr, false
+	}
+	if err := json.Unmarshal(out, &tr); err != nil {
+		t.Errorf("%s: transcript is not JSON: %v", name, err)
+		return tr, false
+	}
+	return tr, true
 }
 
 // TestCorpusVerdicts checks that every scenario of the corpus (the four
@@ -193,14 +204,9 @@ func TestCorpusVerdicts(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		out, err := scenario.Replay(kernel.Native, in)
-		if err != nil {
-			t.Errorf("%s: %v", name, err)
+		tr, ok := replayed(t, name, in)
+		if !ok {
 			continue
-		}
-		var tr transcript
-		if err := json.Unmarshal(out, &tr); err != nil {
-			t.Fatal(err)
 		}
 		var got []string
 		for _, s := range tr.Steps {

@@ -115,17 +115,25 @@ func TestTakeUnderLoadIsConsistent(t *testing.T) {
 // TestRestoreRefusals: a damaged or incomplete backup, a folder that is
 // not empty, a clock that reads before the backup: each refused with an
 // error naming it, and nothing left behind.
-func TestRestoreRefusals(t *testing.T) {
+// backedUpPlane is the folder of a busy plane that has granted 20 leases,
+// the folder of a backup taken then, and the backup's manifest.
+func backedUpPlane(t *testing.T) (dir, bk string, m Manifest) {
+	t.Helper()
 	dir, _, _, grants := busyPlane(t, 10, 5)
-	ctx := context.Background()
 	for grants() < 20 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	bk := filepath.Join(t.TempDir(), "backup")
-	m, err := Take(ctx, dir, bk, time.Now)
+	bk = filepath.Join(t.TempDir(), "backup")
+	m, err := Take(context.Background(), dir, bk, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, bk, m
+}
+
+func TestRestoreRefusals(t *testing.T) {
+	dir, bk, m := backedUpPlane(t)
+	ctx := context.Background()
 	if _, err := Take(ctx, dir, bk, time.Now); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("a second backup into the same folder: %v", err)
 	}
@@ -214,16 +222,8 @@ func TestRestoreRefusals(t *testing.T) {
 // raises the fence counter once, to the floor when that is higher, and
 // keeps it raised across a restart without raising it again.
 func TestRestoredPlaneRaisesFences(t *testing.T) {
-	dir, _, _, grants := busyPlane(t, 10, 5)
+	_, bk, m := backedUpPlane(t)
 	ctx := context.Background()
-	for grants() < 20 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	bk := filepath.Join(t.TempDir(), "backup")
-	m, err := Take(ctx, dir, bk, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
 	target := filepath.Join(t.TempDir(), "restored")
 	const floor = 7_000_000
 	if _, err := Restore(ctx, bk, target, Options{Now: func() time.Time { return time.UnixMilli(m.TakenAtMs) }, FenceFloor: floor}); err != nil {
