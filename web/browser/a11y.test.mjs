@@ -2,27 +2,15 @@
 // a run, so that the rendered results are checked too.
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { createRequire } from "node:module";
-import { after, before, test } from "node:test";
-import { buildBinary, launch, startServe } from "./harness.mjs";
+import { test } from "node:test";
+import { useServe } from "./suite.mjs";
 
 const axeSource = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
-let tmp, serve, browser;
+let serve, browser;
+// axe-core goes in as an inline script, which the pages' policy refuses.
+useServe("a11y", { browserOptions: { bypassCSP: true } }, (e) => ({ serve, browser } = e));
 
-before(async () => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-a11y-"));
-  serve = await startServe(buildBinary(tmp), tmp);
-  // axe-core goes in as an inline script, which the pages' policy refuses.
-  browser = await launch({ bypassCSP: true });
-});
-
-after(async () => {
-  await browser?.close();
-  await serve?.stop();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
 
 async function violations(page) {
   await page.addScriptTag({ content: axeSource });

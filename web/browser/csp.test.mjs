@@ -4,30 +4,12 @@
 // runs its first scenario and the docs their live examples, and chromium
 // reports no violation of the policy.
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { execFileSync } from "node:child_process";
-import { after, before, test } from "node:test";
-import { buildBinary, launch, startServe, staticServer } from "./harness.mjs";
+import { test } from "node:test";
+import { useServe } from "./suite.mjs";
 
-let tmp, bin, serve, site, browser;
+let serve, site, browser;
+useServe("csp", { site: true }, (e) => ({ serve, site, browser } = e));
 
-before(async () => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-csp-"));
-  bin = buildBinary(tmp);
-  serve = await startServe(bin, tmp);
-  execFileSync(bin, ["site", path.join(tmp, "site")]);
-  site = await staticServer(path.join(tmp, "site"));
-  browser = await launch();
-});
-
-after(async () => {
-  await browser?.close();
-  await serve?.stop();
-  site?.stop();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
 
 test("every page and file is served with the security headers", async () => {
   for (const p of ["/playground", "/docs", "/", "/api/v1/acp/coordination/wait", "/no-such-page"]) {

@@ -3,26 +3,13 @@
 // results go when the JSON stops parsing, the herd's trust table is not a
 // wall of 51 rows, and nothing overflows a 390 px phone screen.
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { after, before, test } from "node:test";
-import { buildBinary, launch, shot, startServe } from "./harness.mjs";
+import { test } from "node:test";
+import { shot } from "./harness.mjs";
+import { useServe } from "./suite.mjs";
 
-let tmp, bin, serve, browser;
+let serve, browser;
+useServe("layout", {}, (e) => ({ serve, browser } = e));
 
-before(async () => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-layout-"));
-  bin = buildBinary(tmp);
-  serve = await startServe(bin, tmp);
-  browser = await launch();
-});
-
-after(async () => {
-  await browser?.close();
-  await serve?.stop();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
 
 async function open(url, viewport) {
   const page = await browser.ctx.newPage();

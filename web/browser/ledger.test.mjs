@@ -5,26 +5,15 @@
 // `leaseplane verify` accepts.
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { execFileSync, spawnSync } from "node:child_process";
-import { after, before, describe, test } from "node:test";
-import { buildBinary, launch, root, shot, startServe, watchRequests } from "./harness.mjs";
+import { spawnSync } from "node:child_process";
+import { describe, test } from "node:test";
+import { root, shot, watchRequests } from "./harness.mjs";
+import { useServe } from "./suite.mjs";
 
 let tmp, bin, serve, browser;
+useServe("ledger", {}, (e) => ({ tmp, bin, serve, browser } = e));
 
-before(async () => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-ledger-"));
-  bin = buildBinary(tmp);
-  serve = await startServe(bin, tmp);
-  browser = await launch();
-});
-
-after(async () => {
-  await browser?.close();
-  await serve?.stop();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
 
 const receipt = fs.readFileSync(path.join(root, "kernel/ledger/testdata/receipt.txt"), "utf8");
 const vkey = fs.readFileSync(path.join(root, "kernel/ledger/testdata/key.vkey"), "utf8").trim();

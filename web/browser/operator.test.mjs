@@ -5,31 +5,22 @@
 // page's Content-Security-Policy, no serious accessibility violation.
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { createRequire } from "node:module";
 import { execFileSync } from "node:child_process";
-import { after, before, test } from "node:test";
-import { buildBinary, launch, shot, startServe } from "./harness.mjs";
+import { test } from "node:test";
+import { launch, shot } from "./harness.mjs";
+import { useServe } from "./suite.mjs";
 
 const axeSource = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 let tmp, serve, browser, operatorKey;
-
-before(async () => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-operator-"));
-  const bin = buildBinary(tmp);
-  // two quick drills: the crashed holder's 30 s are covered by the Go tests
-  serve = await startServe(bin, tmp, ["--test-drills", "two-agents-one-slot,stale-lease-id"]);
-  const out = execFileSync(bin, ["keys", "create", "--data", path.join(tmp, "data"), "--workspace", "default", "--operator"], { encoding: "utf8" });
+// two quick drills: the crashed holder's 30 s are covered by the Go tests
+useServe("operator", { serveArgs: ["--test-drills", "two-agents-one-slot,stale-lease-id"] }, (e) => {
+  ({ tmp, serve, browser } = e);
+  const out = execFileSync(e.bin, ["keys", "create", "--data", path.join(tmp, "data"), "--workspace", "default", "--operator"], { encoding: "utf8" });
   operatorKey = out.trim().split(/\s+/).pop();
-  browser = await launch();
 });
 
-after(async () => {
-  await browser?.close();
-  await serve?.stop();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
 
 test("the operator's page runs the drills and shows the run and the open cases", async () => {
   const page = await browser.ctx.newPage();

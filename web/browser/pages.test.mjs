@@ -1,30 +1,18 @@
 // Browser tests of the playground and the docs (make test-browser).
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { execFile, execFileSync } from "node:child_process";
-import { after, before, describe, test } from "node:test";
-import { buildBinary, launch, replayAll, shot, startServe, staticServer, watchRequests } from "./harness.mjs";
+import { execFile } from "node:child_process";
+import { before, describe, test } from "node:test";
+import { replayAll, shot, watchRequests } from "./harness.mjs";
+import { useServe } from "./suite.mjs";
 
 let tmp, bin, expected, serve, site, browser;
-
-before(async () => {
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-browser-"));
-  bin = buildBinary(tmp);
+useServe("browser", { site: true }, (e) => {
+  ({ tmp, bin, serve, site, browser } = e);
   expected = replayAll(bin);
-  serve = await startServe(bin, tmp);
-  execFileSync(bin, ["site", path.join(tmp, "site")]);
-  site = await staticServer(path.join(tmp, "site"));
-  browser = await launch();
 });
 
-after(async () => {
-  await browser?.close();
-  await serve?.stop();
-  site?.stop();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
 
 async function openPlayground(url) {
   const page = await browser.ctx.newPage();
