@@ -412,7 +412,7 @@ func Restore(ctx context.Context, dir, dataDir string, opts Options) (Report, er
 		rep.Workspaces, err = checkLedgers(ctx, st, dataDir, opts)
 	}
 	if err == nil {
-		err = st.SetFenceRaise(rep.Raise)
+		rep.Raise, err = st.SetFenceRaise(rep.Raise)
 	}
 	if cerr := st.Close(); err == nil {
 		err = cerr

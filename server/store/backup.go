@@ -150,18 +150,40 @@ type FenceRaise struct {
 }
 
 // SetFenceRaise records, in a data folder just restored, the raise every
-// workspace's fence counter gets on its first load (RestoreFences). A
-// later raise (a second restore) replaces it and applies again to every
-// workspace.
-func (s *Store) SetFenceRaise(r FenceRaise) error {
+// workspace's fence counter gets on its first load (the server's
+// raiseFences). A folder restored from a backup of a restored folder adds
+// its raise to the one recorded there, and takes the higher floor, and
+// applies them to every workspace again (it returns the raise recorded): a workspace that had not been
+// loaded since the first restore still needs the first raise, and one
+// that had is raised more than it needs, which is harmless.
+func (s *Store) SetFenceRaise(r FenceRaise) (FenceRaise, error) {
 	if r.Raise < 0 || r.Floor < 0 {
-		return errors.New("store: a fence raise and floor are not negative")
+		return FenceRaise{}, errors.New("store: a fence raise and floor are not negative")
 	}
 	tx, err := s.db.Begin()
 	if err != nil {
-		return fmt.Errorf("store: record the fence raise: %w", err)
+		return FenceRaise{}, fmt.Errorf("store: record the fence raise: %w", err)
 	}
 	defer tx.Rollback()
+	var oldRaise, oldFloor sql.NullString
+	if err := tx.QueryRow(`SELECT (SELECT value FROM meta WHERE key = ?), (SELECT value FROM meta WHERE key = ?)`,
+		fenceRaiseKey, fenceFloorKey).Scan(&oldRaise, &oldFloor); err != nil {
+		return FenceRaise{}, fmt.Errorf("store: read the fence raise: %w", err)
+	}
+	if oldRaise.Valid {
+		n, err := strconv.ParseInt(oldRaise.String, 10, 64)
+		if err != nil || n < 0 {
+			return FenceRaise{}, fmt.Errorf("store: the recorded fence raise %q does not read", oldRaise.String)
+		}
+		r.Raise += n
+	}
+	if oldFloor.Valid {
+		n, err := strconv.ParseInt(oldFloor.String, 10, 64)
+		if err != nil {
+			return FenceRaise{}, fmt.Errorf("store: the recorded fence floor %q does not read", oldFloor.String)
+		}
+		r.Floor = max(r.Floor, n)
+	}
 	for _, q := range []struct {
 		q    string
 		args []any
@@ -174,13 +196,13 @@ func (s *Store) SetFenceRaise(r FenceRaise) error {
 		{`DELETE FROM meta WHERE key = ?`, []any{backupHoldKey}},
 	} {
 		if _, err := tx.Exec(q.q, q.args...); err != nil {
-			return fmt.Errorf("store: record the fence raise: %w", err)
+			return FenceRaise{}, fmt.Errorf("store: record the fence raise: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: record the fence raise: %w", err)
+		return FenceRaise{}, fmt.Errorf("store: record the fence raise: %w", err)
 	}
-	return nil
+	return r, nil
 }
 
 // PendingFenceRaise reports the raise a workspace's fence counter is still

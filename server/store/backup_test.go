@@ -55,3 +55,37 @@ func TestLogTrimHold(t *testing.T) {
 		t.Fatalf("with a lapsed hold the log starts at %d, want 291", f)
 	}
 }
+
+// TestFenceRaiseAccumulates: a folder restored from a backup of a
+// restored folder raises by both raises and to the higher floor, again for
+// every workspace.
+func TestFenceRaiseAccumulates(t *testing.T) {
+	s := open(t, t.TempDir(), Options{})
+	ctx := t.Context()
+	if _, ok, err := s.PendingFenceRaise(ctx, 1); err != nil || ok {
+		t.Fatalf("a folder never restored has a pending raise: %v %v", ok, err)
+	}
+	if _, err := s.SetFenceRaise(FenceRaise{Raise: 100, Floor: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FenceRaised(1, 3, 5000, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.PendingFenceRaise(ctx, 1); ok {
+		t.Fatal("a workspace raised once is raised again")
+	}
+	if r, ok, _ := s.PendingFenceRaise(ctx, 2); !ok || r != (FenceRaise{100, 5000}) {
+		t.Fatalf("workspace 2, not loaded yet: %+v %v", r, ok)
+	}
+	if r, err := s.SetFenceRaise(FenceRaise{Raise: 40, Floor: 10}); err != nil || r != (FenceRaise{140, 5000}) {
+		t.Fatalf("the second raise recorded %+v %v, want 140 and floor 5000", r, err)
+	}
+	for ws := int64(1); ws <= 2; ws++ {
+		if r, ok, _ := s.PendingFenceRaise(ctx, ws); !ok || r != (FenceRaise{140, 5000}) {
+			t.Errorf("workspace %d after the second restore: %+v %v, want raise 140 and floor 5000", ws, r, ok)
+		}
+	}
+	if _, err := s.SetFenceRaise(FenceRaise{Raise: -1}); err == nil {
+		t.Error("a negative raise was recorded")
+	}
+}
