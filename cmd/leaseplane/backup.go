@@ -48,7 +48,9 @@ func runBackup(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 const restoreSummary = `Puts the backup BACKUP into the data folder DIR, which must be empty or
 missing (--force replaces a data folder there; never one a running serve
 holds). Every file is checked against BACKUP/backup.json and SQLite's
-integrity check.
+integrity check. The lost plane must stay stopped; start the restored one
+no sooner than 30 s after the lost one stopped answering (the leases it
+granted after the backup have lapsed by then).
 
 Fences: the lost plane went on granting after the backup, and a fence must
 never be handed out twice. On its first start each workspace's fence counter
