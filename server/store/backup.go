@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -23,36 +25,41 @@ import (
 // there too, because trimming is held meanwhile (HoldLogTrim).
 var BackupOrder = []string{EventsFileName, LedgerFileName, SnapshotsFileName, FileName}
 
-// backupHoldKey is the meta row that holds log trimming: its value is the
+// backupHoldPrefix starts the meta rows that hold log trimming, one per
+// backup under way (the prefix, then a random id): each row's value is the
 // Unix time in ms (SQLite's own clock, so every process on the machine
-// reads the same) until which no process trims the log.
-const backupHoldKey = "backup_hold_until_ms"
+// reads the same) until which no process trims the log. Two backups at
+// once each hold and release their own row.
+const backupHoldPrefix = "backup_hold_until_ms:"
 
 // nowMsSQL is SQLite's clock in Unix milliseconds.
 const nowMsSQL = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
 
 // trimHeldSQL is true while a backup holds log trimming.
-const trimHeldSQL = `EXISTS (SELECT 1 FROM meta WHERE key = '` + backupHoldKey + `' AND CAST(value AS INTEGER) > ` + nowMsSQL + `)`
+const trimHeldSQL = `EXISTS (SELECT 1 FROM meta WHERE key >= '` + backupHoldPrefix + `' AND key < '` + backupHoldPrefix + `~'
+	AND CAST(value AS INTEGER) > ` + nowMsSQL + `)`
 
 // HoldLogTrim stops every process that has this data folder open from
-// trimming the command log for d (or until ReleaseLogTrim): a backup copies
-// the derived files before the log, and the log rows they still need must
-// be there when the log is copied. A hold that is never released (a backup
-// killed midway) lapses by itself; meanwhile the log only grows a little.
-func (s *Store) HoldLogTrim(d time.Duration) error {
-	if _, err := s.db.Exec(`INSERT INTO meta(key, value) VALUES(?, CAST(`+nowMsSQL+` + ? AS TEXT))
-		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, backupHoldKey, d.Milliseconds()); err != nil {
-		return fmt.Errorf("store: hold log trimming for a backup: %w", err)
+// trimming the command log for d, or until release is called: a backup
+// copies the derived files before the log, and the log rows they still
+// need must be there when the log is copied. A hold that is never
+// released (a backup killed midway) lapses by itself; meanwhile the log
+// only grows a little.
+func (s *Store) HoldLogTrim(d time.Duration) (release func() error, err error) {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("store: hold log trimming for a backup: %w", err)
 	}
-	return nil
-}
-
-// ReleaseLogTrim lets the log be trimmed again.
-func (s *Store) ReleaseLogTrim() error {
-	if _, err := s.db.Exec(`DELETE FROM meta WHERE key = ?`, backupHoldKey); err != nil {
-		return fmt.Errorf("store: release the backup's hold on log trimming: %w", err)
+	key := backupHoldPrefix + hex.EncodeToString(id[:])
+	if _, err := s.db.Exec(`INSERT INTO meta(key, value) VALUES(?, CAST(`+nowMsSQL+` + ? AS TEXT))`, key, d.Milliseconds()); err != nil {
+		return nil, fmt.Errorf("store: hold log trimming for a backup: %w", err)
 	}
-	return nil
+	return func() error {
+		if _, err := s.db.Exec(`DELETE FROM meta WHERE key = ?`, key); err != nil {
+			return fmt.Errorf("store: release the backup's hold on log trimming: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // LogTrimHeld reports whether a backup holds log trimming now.
@@ -70,10 +77,11 @@ func (s *Store) LogTrimHeld() (bool, error) {
 // that never blocks the writer, in BackupOrder, with log trimming held
 // meanwhile. Each copy is synced to disk before it returns.
 func (s *Store) CopyDatabases(ctx context.Context, dir string) error {
-	if err := s.HoldLogTrim(time.Hour); err != nil {
+	release, err := s.HoldLogTrim(time.Hour)
+	if err != nil {
 		return err
 	}
-	defer s.ReleaseLogTrim()
+	defer release()
 	dbs := map[string]*sql.DB{EventsFileName: s.edb, LedgerFileName: s.ldb, SnapshotsFileName: s.sdb, FileName: s.db}
 	for _, name := range BackupOrder {
 		out := filepath.Join(dir, name)
@@ -193,7 +201,8 @@ func (s *Store) SetFenceRaise(r FenceRaise) (FenceRaise, error) {
 			[]any{fenceRaiseKey, strconv.FormatInt(r.Raise, 10)}},
 		{`INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`,
 			[]any{fenceFloorKey, strconv.FormatInt(r.Floor, 10)}},
-		{`DELETE FROM meta WHERE key = ?`, []any{backupHoldKey}},
+		// the holds of the backup itself, copied with it
+		{`DELETE FROM meta WHERE key >= ? AND key < ?`, []any{backupHoldPrefix, backupHoldPrefix + "~"}},
 	} {
 		if _, err := tx.Exec(q.q, q.args...); err != nil {
 			return FenceRaise{}, fmt.Errorf("store: record the fence raise: %w", err)

@@ -27,7 +27,12 @@ func TestLogTrimHold(t *testing.T) {
 		}
 		return n
 	}
-	if err := s.HoldLogTrim(time.Hour); err != nil {
+	release, err := s.HoldLogTrim(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release2, err := s.HoldLogTrim(time.Hour) // a second backup at once
+	if err != nil {
 		t.Fatal(err)
 	}
 	if held, err := s.LogTrimHeld(); err != nil || !held {
@@ -37,14 +42,21 @@ func TestLogTrimHold(t *testing.T) {
 	if f := first(); f != 1 {
 		t.Fatalf("the log starts at %d while a backup holds trimming", f)
 	}
-	if err := s.ReleaseLogTrim(); err != nil {
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
-	commit(101, 200)
-	if f := first(); f != 191 {
-		t.Fatalf("after the release the log starts at %d, want 191 (10 kept behind the snapshot at 200)", f)
+	commit(101, 150)
+	if f := first(); f != 1 {
+		t.Fatalf("the log starts at %d while the second backup still holds trimming", f)
 	}
-	if err := s.HoldLogTrim(-time.Second); err != nil { // a hold that has lapsed
+	if err := release2(); err != nil {
+		t.Fatal(err)
+	}
+	commit(151, 200)
+	if f := first(); f != 191 {
+		t.Fatalf("after both releases the log starts at %d, want 191 (10 kept behind the snapshot at 200)", f)
+	}
+	if _, err := s.HoldLogTrim(-time.Second); err != nil { // a hold that has lapsed
 		t.Fatal(err)
 	}
 	if held, _ := s.LogTrimHeld(); held {
