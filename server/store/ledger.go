@@ -13,9 +13,6 @@ import (
 	"strings"
 )
 
-// LedgerFileName is the ledger's database inside the data directory.
-const LedgerFileName = "ledger.db"
-
 // ledgerSchema is the ledger's: a file of its own, so that its writes never
 // add to a command's commit. An append of a workspace's entries writes one
 // row of tree hashes and one row of entry bodies for the whole batch
@@ -176,16 +173,11 @@ func (s *Store) LedgerPos(ctx context.Context, ws int64) (LedgerPos, bool, error
 // all or nothing. Each append's position must still be its From
 // (ErrLedgerMoved otherwise), so an entry is never written twice.
 func (s *Store) AppendLedger(appends []LedgerAppend) error {
-	tx, err := s.ldb.Begin()
+	tx, err := begin(s.ldb, "ledger append", s.opts.LedgerFault)
 	if err != nil {
-		return fmt.Errorf("store: begin ledger append: %w", err)
+		return err
 	}
 	defer tx.Rollback()
-	if s.opts.LedgerFault != nil {
-		if err := s.opts.LedgerFault(); err != nil {
-			return fmt.Errorf("store: ledger append: %w", err)
-		}
-	}
 	var grants []grantRow
 	for _, a := range appends {
 		var res sql.Result

@@ -51,11 +51,16 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
-// FileName is the database file inside the data directory.
-const FileName = "leaseplane.db"
-
-// EventsFileName is the events database inside the data directory.
-const EventsFileName = "events.db"
+// The files of the data directory, each a database of its own: the log
+// and the keys; the events; the ledger; the snapshots (so that writing one
+// workspace's large snapshot never holds the write lock that every
+// workspace's command commits need).
+const (
+	FileName          = "leaseplane.db"
+	EventsFileName    = "events.db"
+	LedgerFileName    = "ledger.db"
+	SnapshotsFileName = "snapshots.db"
+)
 
 const schemaVersion = "1"
 
@@ -110,11 +115,6 @@ CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 	BEGIN SELECT RAISE(ABORT, 'events is append-only'); END;
 `
-
-// SnapshotsFileName is the snapshots database inside the data directory:
-// a file of its own, so that writing one workspace's large snapshot never
-// holds the write lock that every workspace's command commits need.
-const SnapshotsFileName = "snapshots.db"
 
 const snapshotsSchema = `
 CREATE TABLE IF NOT EXISTS snapshots(
@@ -673,18 +673,29 @@ func insertEventsSQL(n int) string { sqlOnce.Do(buildSQL); return eventsSQL[n] }
 // kept; older ones are deleted when a snapshot is written.
 const LogKeep = 4096
 
-// Commit writes recs, in order, in one transaction: all or nothing.
-func (s *Store) Commit(recs []Record) error {
-	tx, err := s.db.Begin()
+// begin starts a transaction on db for what (a commit, a ledger append),
+// once fault, a test's seam, when set, has not failed it.
+func begin(db *sql.DB, what string, fault func() error) (*sql.Tx, error) {
+	tx, err := db.Begin()
 	if err != nil {
-		return fmt.Errorf("store: begin commit: %w", err)
+		return nil, fmt.Errorf("store: begin %s: %w", what, err)
 	}
-	defer tx.Rollback()
-	if s.opts.BeforeCommit != nil {
-		if err := s.opts.BeforeCommit(); err != nil {
-			return fmt.Errorf("store: commit: %w", err)
+	if fault != nil {
+		if err := fault(); err != nil {
+			tx.Rollback()
+			return nil, fmt.Errorf("store: %s: %w", what, err)
 		}
 	}
+	return tx, nil
+}
+
+// Commit writes recs, in order, in one transaction: all or nothing.
+func (s *Store) Commit(recs []Record) error {
+	tx, err := begin(s.db, "commit", s.opts.BeforeCommit)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
 	// Many rows per INSERT: far fewer trips through database/sql and the
 	// driver than one statement per row.
 	for start := 0; start < len(recs); start += rowsPerInsert {
