@@ -102,15 +102,37 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 			t.Errorf("%s in the backup has mode %v, want 0600", f, fi.Mode().Perm())
 		}
 	}
-	// The plane goes on granting after the backup, and signs a checkpoint
-	// the backup cannot reach.
+	// How far the backup's ledger reaches (a restore into a scratch folder
+	// says), so that the monitor below is known to keep a checkpoint beyond.
+	probe, err := exec.Command(bin, "restore", "--data", filepath.Join(root, "probe"), bk).CombinedOutput()
+	var reach int64
+	if i := strings.Index(string(probe), "ledger reaches "); err != nil || i < 0 {
+		t.Fatalf("restore into a scratch folder: %v\n%s", err, probe)
+	} else {
+		fmt.Sscan(string(probe[i+len("ledger reaches "):]), &reach)
+	}
+	// The plane goes on granting after the backup, and a monitor keeps
+	// the checkpoints it sees (leaseplane ledger watch) until one is beyond
+	// what the backup's ledger reaches.
 	grantsAtLeast(afterBackup + 200)
-	// A monitor keeps the checkpoints it saw (leaseplane ledger watch).
 	watchFile := filepath.Join(root, "watch.jsonl")
-	watch := exec.Command(bin, "ledger", "watch", "--url", c.url, "--file", watchFile, "--once")
-	watch.Env = append(os.Environ(), "LEASEPLANE_KEY="+key)
-	if out, err := watch.CombinedOutput(); err != nil {
-		t.Fatalf("ledger watch: %v\n%s", err, out)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		watch := exec.Command(bin, "ledger", "watch", "--url", c.url, "--file", watchFile, "--once")
+		watch.Env = append(os.Environ(), "LEASEPLANE_KEY="+key)
+		out, err := watch.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ledger watch: %v\n%s", err, out)
+		}
+		var size int64
+		if i := strings.Index(string(out), "checkpoint of size "); i >= 0 {
+			fmt.Sscan(string(out[i+len("checkpoint of size "):]), &size)
+		}
+		if size > reach {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the plane's checkpoint is at %d, not beyond the backup's reach %d: %s", size, reach, out)
+		}
 	}
 	grantsAtLeast(afterBackup + 300)
 	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
