@@ -138,6 +138,39 @@ type Factory interface {
 	Name() string
 }
 
+// WrapFactory is f with every engine it makes passed through wrap, named
+// name (f's name when name is ""): the seam for an engine that answers
+// otherwise on purpose, in hosts' tests and serve's test faults.
+func WrapFactory(f Factory, name string, wrap func(Engine) Engine) Factory {
+	return wrappedFactory{f, name, wrap}
+}
+
+type wrappedFactory struct {
+	Factory
+	name string
+	wrap func(Engine) Engine
+}
+
+func (w wrappedFactory) Name() string {
+	if w.name == "" {
+		return w.Factory.Name()
+	}
+	return w.name
+}
+
+func (w wrappedFactory) New(rules []byte) (Engine, error) { return w.wrapped(w.Factory.New(rules)) }
+
+func (w wrappedFactory) Restore(snapshot []byte) (Engine, error) {
+	return w.wrapped(w.Factory.Restore(snapshot))
+}
+
+func (w wrappedFactory) wrapped(e Engine, err error) (Engine, error) {
+	if err != nil {
+		return nil, err
+	}
+	return w.wrap(e), nil
+}
+
 // Version is the kernel's semantic version; hosts show it beside their
 // build hash.
 const Version = "0.2.0"

@@ -432,17 +432,7 @@ func TestDataDirLocked(t *testing.T) {
 // panicky is kernel.Native whose engines panic on a body with "boom" and
 // fail on one with "trap", as a kernel bug or a trapped WebAssembly
 // instance would.
-type panicky struct{}
-
-func (panicky) Name() string { return "panicky" }
-func (panicky) New(rules []byte) (kernel.Engine, error) {
-	e, err := kernel.Native.New(rules)
-	return panickyEngine{e}, err
-}
-func (panicky) Restore(snap []byte) (kernel.Engine, error) {
-	e, err := kernel.Native.Restore(snap)
-	return panickyEngine{e}, err
-}
+var panicky = kernel.WrapFactory(kernel.Native, "panicky", func(e kernel.Engine) kernel.Engine { return panickyEngine{e} })
 
 type panickyEngine struct{ kernel.Engine }
 
@@ -462,7 +452,7 @@ func (e panickyEngine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Res
 // leaves no trace.
 func TestEngineFailure(t *testing.T) {
 	clock := servertest.NewClock()
-	s := mustNew(t, Config{DataDir: t.TempDir(), Engine: panicky{}, Clock: clock.Now, AfterFunc: clock.AfterFunc})
+	s := mustNew(t, Config{DataDir: t.TempDir(), Engine: panicky, Clock: clock.Now, AfterFunc: clock.AfterFunc})
 	defer s.Shutdown(context.Background())
 	key, _, _ := s.Bootstrap("default")
 	ctx := context.Background()

@@ -26,26 +26,15 @@ func failSomeCommits() error {
 	return nil
 }
 
-// faultyFactory makes engines whose answers fault rewrites: serve's
-// test-only faults of one wrong verdict.
-type faultyFactory struct {
-	kernel.Factory
-	fault func(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result
+// faulty is factory's engines with their answers rewritten by fault:
+// serve's test-only faults of one wrong verdict.
+func faulty(factory kernel.Factory, fault func(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result) kernel.Factory {
+	return kernel.WrapFactory(factory, "", func(e kernel.Engine) kernel.Engine { return faultyEngine{e, fault} })
 }
 
 type faultyEngine struct {
 	kernel.Engine
 	fault func(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result
-}
-
-func (f faultyFactory) New(rules []byte) (kernel.Engine, error) {
-	e, err := f.Factory.New(rules)
-	return faultyEngine{e, f.fault}, err
-}
-
-func (f faultyFactory) Restore(snap []byte) (kernel.Engine, error) {
-	e, err := f.Factory.Restore(snap)
-	return faultyEngine{e, f.fault}, err
 }
 
 func (e faultyEngine) Apply(op kernel.Op, now int64, body []byte) (kernel.Result, error) {

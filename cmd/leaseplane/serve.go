@@ -164,11 +164,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	case "no-alarms":
 		cfg.DisableAlarms = true
 	case "wrong-deadlock":
-		cfg.Engine = faultyFactory{factory, wrongDeadlock}
+		cfg.Engine = faulty(factory, wrongDeadlock)
 	case "fail-commits":
 		cfg.CommitFault = failSomeCommits
 	case "grant-twice":
-		cfg.Engine = faultyFactory{factory, grantTwice}
+		cfg.Engine = faulty(factory, grantTwice)
 	default:
 		fmt.Fprintf(stderr, "leaseplane serve: --test-fault %q: want no-alarms, wrong-deadlock, fail-commits or grant-twice\n", *testFault)
 		return 2

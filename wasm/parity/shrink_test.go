@@ -11,17 +11,7 @@ import (
 
 // skewed is a factory whose engines answer wait differently from native:
 // a stand-in for a host with a bug, to check what a mismatch reports.
-type skewed struct{}
-
-func (skewed) Name() string { return "skewed" }
-func (skewed) New(rules []byte) (kernel.Engine, error) {
-	e, err := kernel.Native.New(rules)
-	return skewedEngine{e}, err
-}
-func (skewed) Restore(snapshot []byte) (kernel.Engine, error) {
-	e, err := kernel.Native.Restore(snapshot)
-	return skewedEngine{e}, err
-}
+var skewed = kernel.WrapFactory(kernel.Native, "skewed", func(e kernel.Engine) kernel.Engine { return skewedEngine{e} })
 
 type skewedEngine struct{ kernel.Engine }
 
@@ -48,12 +38,12 @@ func TestShrinkReportsASmallScenario(t *testing.T) {
 		`{"atMs":1007,"op":"tick"}`,
 	}
 	in := []byte(`{"rules":{"readShared":["file:"]},"steps":[` + strings.Join(steps, ",") + `]}`)
-	if replay(kernel.Native, in).equal(replay(skewed{}, in)) {
+	if replay(kernel.Native, in).equal(replay(skewed, in)) {
 		t.Fatal("the skewed host agrees with native: the test checks nothing")
 	}
 	nd := startNode(t)
 	defer nd.close()
-	small := shrink(t, skewed{}, nd, in)
+	small := shrink(t, skewed, nd, in)
 	s, err := scenario.Parse(small)
 	if err != nil {
 		t.Fatalf("shrunk scenario %s does not parse: %v", small, err)
