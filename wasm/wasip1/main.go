@@ -206,14 +206,21 @@ func step(n uint32) uint64 {
 
 //go:wasmexport lp_apply
 func apply(opLen uint32, nowMs int64, n uint32) uint64 {
+	return applyInput("lp_apply", opLen, nowMs, n, result)
+}
+
+// applyInput applies the op (the input's first opLen bytes) with the body
+// (the n after them) at nowMs, and hands the result to record, for the
+// export named export.
+func applyInput(export string, opLen uint32, nowMs int64, n uint32, record func(kernel.Result) uint64) uint64 {
 	if machine == nil {
 		return fail(noMachine)
 	}
 	if uint64(opLen)+uint64(n) > uint64(len(input)) {
-		return fail("lp_apply: lengths beyond the input buffer")
+		return fail(export + ": lengths beyond the input buffer")
 	}
 	op := kernel.Op(input[:opLen])
-	return result(machine.ApplyJSON(op, nowMs, input[opLen:opLen+n]))
+	return record(machine.ApplyJSON(op, nowMs, input[opLen:opLen+n]))
 }
 
 // ext is the extended result record of the last lp_apply_body or
@@ -261,14 +268,7 @@ func extended(r kernel.Result) uint64 {
 
 //go:wasmexport lp_apply_body
 func applyBody(opLen uint32, nowMs int64, n uint32) uint64 {
-	if machine == nil {
-		return fail(noMachine)
-	}
-	if uint64(opLen)+uint64(n) > uint64(len(input)) {
-		return fail("lp_apply_body: lengths beyond the input buffer")
-	}
-	op := kernel.Op(input[:opLen])
-	return extended(machine.ApplyJSON(op, nowMs, input[opLen:opLen+n]))
+	return applyInput("lp_apply_body", opLen, nowMs, n, extended)
 }
 
 // commandOps are the op codes of lp_apply_command, from 1.
