@@ -65,6 +65,14 @@ func (s *Store) DeleteDrillWorkspace(id int64) error {
 	if !IsDrillWorkspace(w.Name) {
 		return fmt.Errorf("store: workspace %s is not a drill workspace; it is never deleted", w.Name)
 	}
+	// Its snapshot first (snapshots.db, a file of its own): the id of the
+	// newest workspace is given again to the next one made (INTEGER
+	// PRIMARY KEY), which must not start from a drill's state. Should the
+	// process die between the two, the next start deletes the workspace
+	// again.
+	if _, err := s.sdb.Exec(`DELETE FROM snapshots WHERE workspace_id = ?`, id); err != nil {
+		return fmt.Errorf("store: delete the snapshot of drill workspace %s: %w", w.Name, err)
+	}
 	tx, err := s.db.Begin()
 	if err != nil {
 		return fmt.Errorf("store: delete drill workspace %s: %w", w.Name, err)

@@ -188,3 +188,28 @@ func BenchmarkEvents64(b *testing.B) {
 		}
 	}
 }
+
+// TestDrillWorkspaceLeavesNoSnapshot: a deleted drill workspace's id is
+// given to the next workspace made; that workspace starts empty, not from
+// the drill's snapshot (a drill stopped by a shutdown has one).
+func TestDrillWorkspaceLeavesNoSnapshot(t *testing.T) {
+	s := open(t, t.TempDir(), Options{})
+	d, err := s.CreateDrillWorkspace("x", nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveSnapshot(d.ID, 5, []byte(`{"drill":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteDrillWorkspace(d.ID); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := s.EnsureWorkspace("fresh", nil, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, seq, recs, err := s.Load(context.Background(), w.ID)
+	if err != nil || snap != nil || seq != 0 || len(recs) != 0 {
+		t.Fatalf("workspace %d (the drill's was %d) loads snapshot %s at %d and %d commands (%v); want nothing", w.ID, d.ID, snap, seq, len(recs), err)
+	}
+}
