@@ -124,12 +124,12 @@ func (e *GoneError) Unwrap() error { return ErrGone }
 
 // maxChunk bounds the entries of one hashes or bodies row: a proof reads
 // one hash from each of a few rows, and a receipt one entry, and SQLite
-// reads a row's whole blob, so rows stay small (at most 8 KB of hashes).
-const maxChunk = 128
+// reads a row's whole blob, so rows stay small (at most 2 KB of hashes).
+const maxChunk = 32
 
-// ledgerRead is the prepared statement of a ledger read, prepared on first
-// use: reads such as a proof's ask a few rows each, and preparing costs
-// more than running.
+// ledgerRead is the prepared statement of a ledger read (or of a
+// multi-row insert), prepared on first use: reads such as a proof's ask a
+// few rows each, and preparing costs more than running.
 func (s *Store) ledgerRead(q string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
@@ -148,8 +148,7 @@ func (s *Store) ledgerRead(q string) (*sql.Stmt, error) {
 }
 
 const (
-	qHashRow  = `SELECT first, count, hashes FROM hashes WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
-	qBodyRow  = `SELECT first FROM bodies WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
+	qBodyRow  = `SELECT first, count, data FROM bodies WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
 	qBodyRows = `SELECT first, data FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ? ORDER BY first`
 	qDropped  = `SELECT dropped FROM retention WHERE workspace_id = ?`
 	qGrant    = `SELECT idx FROM grant_index WHERE workspace_id = ? AND epoch = ? AND lease = ? ORDER BY idx DESC LIMIT 1`
@@ -201,7 +200,7 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 		if a.HashStart != storedHashCount(a.From.Size) || int64(len(a.Hashes)) != storedHashCount(a.To.Size)-a.HashStart {
 			return fmt.Errorf("store: ledger of workspace %d: %d hashes from %d do not fit entries %d to %d", a.Workspace, len(a.Hashes), a.HashStart, a.From.Size, a.To.Size)
 		}
-		if err := insertChunks(tx, a, &grants); err != nil {
+		if err := s.insertChunks(tx, a, &grants); err != nil {
 			return err
 		}
 	}
@@ -248,7 +247,8 @@ const epochBits = 16
 // insertChunks writes a's entries as rows of hashes and bodies, at most
 // maxChunk entries a row, and adds the grants' look-up rows to grants
 // when grants is not nil.
-func insertChunks(tx *sql.Tx, a LedgerAppend, grants *[]grantRow) error {
+func (s *Store) insertChunks(tx *sql.Tx, a LedgerAppend, grants *[]grantRow) error {
+	var hashRows, bodyRows []any
 	for start := 0; start < len(a.Entries); start += maxChunk {
 		chunk := a.Entries[start:min(start+maxChunk, len(a.Entries))]
 		first := a.From.Size + int64(start)
@@ -274,13 +274,30 @@ func insertChunks(tx *sql.Tx, a LedgerAppend, grants *[]grantRow) error {
 		for _, h := range a.Hashes[h0:h1] {
 			hashes = append(hashes, h[:]...)
 		}
-		if _, err := tx.Exec(`INSERT INTO hashes(workspace_id, first, count, hashes) VALUES(?, ?, ?, ?)`,
-			a.Workspace, first, len(chunk), hashes); err != nil {
-			return fmt.Errorf("store: write ledger hashes of workspace %d: %w", a.Workspace, err)
-		}
-		if _, err := tx.Exec(`INSERT INTO bodies(workspace_id, first, count, written_ms, data) VALUES(?, ?, ?, ?, ?)`,
-			a.Workspace, first, len(chunk), a.WrittenMs, body); err != nil {
-			return fmt.Errorf("store: write ledger entries of workspace %d: %w", a.Workspace, err)
+		hashRows = append(hashRows, a.Workspace, first, len(chunk), hashes)
+		bodyRows = append(bodyRows, a.Workspace, first, len(chunk), a.WrittenMs, body)
+	}
+	// Many rows a statement, prepared once: a write of a thousand entries
+	// is a few statements, not sixty.
+	for _, t := range []struct {
+		table string
+		cols  int
+		args  []any
+	}{
+		{"hashes(workspace_id, first, count, hashes)", 4, hashRows},
+		{"bodies(workspace_id, first, count, written_ms, data)", 5, bodyRows},
+	} {
+		for len(t.args) > 0 {
+			part := t.args[:min(len(t.args), t.cols*rowsPerInsert)]
+			t.args = t.args[len(part):]
+			row := "(" + strings.TrimSuffix(strings.Repeat("?, ", t.cols), ", ") + "), "
+			st, err := s.ledgerRead(`INSERT INTO ` + t.table + ` VALUES ` + strings.TrimSuffix(strings.Repeat(row, len(part)/t.cols), ", "))
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Stmt(st).Exec(part...); err != nil {
+				return fmt.Errorf("store: write the ledger of workspace %d: %w", a.Workspace, err)
+			}
 		}
 	}
 	return nil
@@ -338,30 +355,82 @@ func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([]
 	if len(indexes) == 0 {
 		return out, nil
 	}
-	st, err := s.ledgerRead(qHashRow)
-	if err != nil {
-		return nil, err
-	}
-	var first, count int64 = -1, 0
-	var blob []byte
-	for i, x := range indexes {
+	// The entries whose appends stored the hashes asked for, and the rows
+	// that hold those entries, read in one statement per maxHashRows
+	// entries (a proof asks a few dozen hashes from about as many rows).
+	var want []int64
+	for _, x := range indexes {
 		e, _ := hashHome(x)
-		if e < first || e >= first+count {
-			err := st.QueryRowContext(ctx, ws, e).Scan(&first, &count, &blob)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		want = append(want, e)
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	type row struct {
+		first, count int64
+		hashes       []byte
+	}
+	var rows []row
+	for len(want) > 0 {
+		part := want[:min(len(want), maxHashRows)]
+		want = want[len(part):]
+		st, err := s.ledgerRead(hashRowsSQL(len(part)))
+		if err != nil {
+			return nil, err
+		}
+		args := make([]any, 0, 1+len(part))
+		args = append(args, ws)
+		for _, e := range part {
+			args = append(args, e)
+		}
+		rs, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
+		}
+		for rs.Next() {
+			var r row
+			if err := rs.Scan(&r.first, &r.count, &r.hashes); err != nil {
+				rs.Close()
 				return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
 			}
-			if err != nil || e >= first+count {
-				return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
-			}
+			rows = append(rows, r)
 		}
-		at := x - storedHashCount(first)
-		if int64(len(blob)) < 32*(at+1) {
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.first, b.first) })
+	for i, x := range indexes {
+		e, _ := hashHome(x)
+		k, _ := slices.BinarySearchFunc(rows, e, func(r row, e int64) int {
+			if r.first+r.count <= e {
+				return -1
+			}
+			if r.first > e {
+				return 1
+			}
+			return 0
+		})
+		if k == len(rows) || rows[k].first > e || e >= rows[k].first+rows[k].count {
 			return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
 		}
-		out[i] = [32]byte(blob[32*at : 32*at+32])
+		at := x - storedHashCount(rows[k].first)
+		if at < 0 || int64(len(rows[k].hashes)) < 32*(at+1) {
+			return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
+		}
+		out[i] = [32]byte(rows[k].hashes[32*at : 32*at+32])
 	}
 	return out, nil
+}
+
+// maxHashRows bounds the entries one read of hashes rows looks for.
+const maxHashRows = 64
+
+// hashRowsSQL reads the hashes rows that hold n entries (?2...): for each,
+// the row with the largest first index at or below it.
+func hashRowsSQL(n int) string {
+	return `SELECT first, count, hashes FROM hashes WHERE workspace_id = ?1 AND first IN (SELECT (SELECT max(first) FROM hashes
+		WHERE workspace_id = ?1 AND first <= want.column1) FROM (VALUES ` + strings.TrimSuffix(strings.Repeat("(?), ", n), ", ") + `) AS want)`
 }
 
 // decodeBodies appends the entries of a bodies row from index first on
@@ -405,35 +474,41 @@ func (s *Store) ledgerDropped(ctx context.Context, ws int64) (int64, error) {
 // index start, in order; a *GoneError (errors.Is ErrGone) when start is
 // below the entries retention has dropped.
 func (s *Store) LedgerEntries(ctx context.Context, ws, start int64, count int) ([]LedgerEntry, error) {
-	dropped, err := s.ledgerDropped(ctx, ws)
-	if err != nil {
-		return nil, err
-	}
-	if start < dropped {
-		return nil, &GoneError{Index: start, Kept: dropped}
-	}
 	one, err := s.ledgerRead(qBodyRow)
 	if err != nil {
 		return nil, err
+	}
+	// The row that holds start (retention drops whole rows, oldest first:
+	// when none does, its body may be gone).
+	var first, n int64
+	var data []byte
+	err = one.QueryRowContext(ctx, ws, start).Scan(&first, &n, &data)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
+	}
+	if err != nil || start >= first+n {
+		dropped, err := s.ledgerDropped(ctx, ws)
+		if err != nil {
+			return nil, err
+		}
+		if start < dropped {
+			return nil, &GoneError{Index: start, Kept: dropped}
+		}
+		return nil, nil
+	}
+	out, err := decodeBodies(nil, ws, first, start, count, data)
+	if err != nil || len(out) == count {
+		return out, err
 	}
 	many, err := s.ledgerRead(qBodyRows)
 	if err != nil {
 		return nil, err
 	}
-	var first int64
-	err = one.QueryRowContext(ctx, ws, start).Scan(&first)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
-	}
-	rows, err := many.QueryContext(ctx, ws, first, start+int64(count))
+	rows, err := many.QueryContext(ctx, ws, first+n, start+int64(count))
 	if err != nil {
 		return nil, fmt.Errorf("store: read ledger entries of workspace %d: %w", ws, err)
 	}
 	defer rows.Close()
-	var out []LedgerEntry
 	for rows.Next() && len(out) < count {
 		var f int64
 		var data []byte
@@ -632,7 +707,7 @@ func (s *Store) migrateLedger() error {
 		return fmt.Errorf("store: read the ledger's old entries: %w", err)
 	}
 	for _, a := range apps {
-		if err := insertChunks(tx, a, nil); err != nil {
+		if err := s.insertChunks(tx, a, nil); err != nil {
 			return err
 		}
 		for _, e := range a.Entries {
