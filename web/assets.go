@@ -63,6 +63,9 @@ func staticAssets() (*assets, error) {
 		if loadErr == nil {
 			loadErr = loaded.addCorpus()
 		}
+		if loadErr == nil {
+			loaded.addBoot()
+		}
 	})
 	return loaded, loadErr
 }
@@ -86,6 +89,24 @@ func (a *assets) addCorpus() error {
 	}
 	a.add(CorpusFile, b)
 	return nil
+}
+
+// BootFile is the script at the head of every page that runs the kernel:
+// Go's wasm_exec.js, glue.js and boot.js as one file, so that one request
+// (preloaded by the page's Link header) brings all the kernel's start needs.
+const BootFile = "kernel-boot.js"
+
+// addBoot adds BootFile to a when a has its three parts.
+func (a *assets) addBoot() {
+	var b []byte
+	for _, n := range []string{"wasm_exec.js", "glue.js", "boot.js"} {
+		as := a.byName[n]
+		if as == nil {
+			return
+		}
+		b = append(append(b, as.raw...), '\n')
+	}
+	a.add(BootFile, b)
 }
 
 // add indexes a file's bytes under name and its hashed name.

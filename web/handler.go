@@ -34,7 +34,7 @@ func newPage(title, current string, l Links, scripts ...string) (Page, error) {
 	return Page{Title: title, Current: current, Links: l, Assets: a, Scripts: scripts, Version: kernel.Version, Build: BuildHash()}, nil
 }
 
-var kernelScripts = []string{"wasm_exec.js", "glue.js", "kernel.js"}
+var kernelScripts = []string{"kernel.js"}
 
 // renderKernelPage writes a page that runs the kernel, with the timeline
 // and ledger views and its own script; content makes its body.
@@ -130,7 +130,7 @@ var kernelPreload = sync.OnceValue(func() string {
 	if err != nil || BuildHash() == "" {
 		return ""
 	}
-	return "<" + a.url(ServerLinks.Static, "boot.js") + ">; rel=preload; as=script, " +
+	return "<" + a.url(ServerLinks.Static, BootFile) + ">; rel=preload; as=script, " +
 		"<" + a.url(ServerLinks.Static, WasmFile) + ">; rel=preload; as=fetch; crossorigin"
 })
 

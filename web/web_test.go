@@ -39,6 +39,7 @@ func testPage(t *testing.T, build string) Page {
 	if err := a.addCorpus(); err != nil {
 		t.Fatal(err)
 	}
+	a.addBoot()
 	return Page{Title: "T", Current: "playground", Links: ServerLinks, Assets: a, Scripts: []string{"kernel.js"}, Version: kernel.Version, Build: build}
 }
 
@@ -58,6 +59,8 @@ func fakeStatic() fstest.MapFS {
 		"static/app.css":         {Data: []byte("body { color: red; }\n")},
 		"static/kernel.js":       {Data: []byte("// js\n")},
 		"static/boot.js":         {Data: []byte("// boot\n")},
+		"static/wasm_exec.js":    {Data: []byte("// go\n")},
+		"static/glue.js":         {Data: []byte("// glue\n")},
 	}
 }
 
@@ -82,10 +85,19 @@ func TestLayoutNamesHashedAssetsAndKernel(t *testing.T) {
 	if strings.Contains(html, "role=\"alert\"") {
 		t.Error("layout shows the missing-kernel banner although a kernel is embedded")
 	}
-	// The kernel's fetch (boot.js) starts before the stylesheet, which
-	// would hold a script after it until the stylesheet arrived.
-	if k, css := strings.Index(html, `src="/static/`+a.byName["boot.js"].hashed+`"`), strings.Index(html, `rel="stylesheet"`); k < 0 || css < 0 || k > css {
-		t.Errorf("the kernel's fetch (at %d) should start before the stylesheet (at %d)", k, css)
+	// The kernel's start (wasm_exec.js, glue.js and boot.js as one file)
+	// comes before the stylesheet, which would hold a script after it
+	// until the stylesheet arrived, and before the deferred scripts.
+	boot := a.byName[BootFile]
+	if boot == nil || string(boot.raw) != "// go\n\n// glue\n\n// boot\n\n" {
+		t.Fatalf("the boot file is not wasm_exec.js, glue.js and boot.js in order: %v", boot)
+	}
+	k, css, deferred := strings.Index(html, `<script src="/static/`+boot.hashed+`" data-wasm=`), strings.Index(html, `rel="stylesheet"`), strings.Index(html, "<script defer")
+	if k < 0 || css < 0 || k > css || k > deferred {
+		t.Errorf("the kernel's start (at %d) should come before the stylesheet (at %d) and the deferred scripts (at %d)", k, css, deferred)
+	}
+	if strings.Contains(html, a.byName["wasm_exec.js"].hashed) || strings.Contains(html, a.byName["glue.js"].hashed) {
+		t.Error("the page loads wasm_exec.js or glue.js besides the boot file")
 	}
 	nobuild := render(t, layout(testPage(t, "")))
 	if !strings.Contains(nobuild, "make wasm") || strings.Contains(nobuild, `data-wasm="/static`) {
@@ -530,7 +542,7 @@ func TestPagePreloadsKernel(t *testing.T) {
 		return
 	}
 	u := a.url(ServerLinks.Static, WasmFile)
-	if want := "<" + a.url(ServerLinks.Static, "boot.js") + ">; rel=preload; as=script, <" + u + ">; rel=preload; as=fetch; crossorigin"; link != want {
+	if want := "<" + a.url(ServerLinks.Static, BootFile) + ">; rel=preload; as=script, <" + u + ">; rel=preload; as=fetch; crossorigin"; link != want {
 		t.Errorf("Link: %q, want %q", link, want)
 	}
 	if !bytes.Contains(body, []byte(`"`+u+`"`)) {

@@ -16,7 +16,10 @@ const url = serve.url + "/playground";
 const firstVerdict = async (page) => {
   await page.goto(url);
   await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
-  const m = await page.evaluate(() => Object.fromEntries(performance.getEntriesByType("mark").map((e) => [e.name, e.startTime])));
+  const m = await page.evaluate(() => ({
+    ...Object.fromEntries(performance.getEntriesByType("mark").map((e) => [e.name, e.startTime])),
+    parsed: performance.getEntriesByType("navigation")[0].domInteractive,
+  }));
   parts.push(m);
   return m["lp:first-verdict"];
 };
@@ -24,8 +27,10 @@ const parts = [];
 const breakdown = (ms) => {
   const d = (a, b) => median(ms.map((m) => m[b] - m[a]));
   const f = (x) => x.toFixed(0);
-  return `kernel.js starts ${f(median(ms.map((m) => m["lp:kernel-fetch"])))} ms, wasm compiled ${f(d("lp:kernel-fetch", "lp:kernel-compiled"))} ms later, ` +
-    `Go runtime ready ${f(d("lp:kernel-compiled", "lp:kernel-ready"))} ms later, first replay and render ${f(d("lp:kernel-ready", "lp:first-verdict"))} ms`;
+  const at = (k) => f(median(ms.map((m) => m[k])));
+  return `kernel fetch starts at ${at("lp:kernel-fetch")} ms, compiled and instantiated ${f(d("lp:kernel-fetch", "lp:kernel-compiled"))} ms later, ` +
+    `Go runtime ready ${f(d("lp:kernel-compiled", "lp:kernel-ready"))} ms later (at ${at("lp:kernel-ready")} ms); page parsed at ${at("parsed")} ms; ` +
+    `first verdict ${f(d("lp:kernel-ready", "lp:first-verdict"))} ms after the runtime was ready`;
 };
 try {
   const cold = [];

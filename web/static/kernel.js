@@ -1,34 +1,12 @@
-// kernel.js loads the leaseplane kernel (Go compiled to WebAssembly, with
-// Go's wasm_exec.js) once per page and exposes window.lpKernel, a promise
-// of the global leaseplane object: replay, version, newMachine.
+// kernel.js shows the kernel's version in the page once window.lpKernel
+// (a promise of the global leaseplane object: replay, version, newMachine),
+// which the head's kernel-boot.js starts, has resolved; and it holds small
+// helpers the pages share.
 "use strict";
 (function () {
-  const url = document.body.dataset.wasm;
-  async function load() {
-    if (!url) throw new Error("this page was built without the browser kernel (run make wasm)");
-    const go = new Go();
-    performance.mark("lp:kernel-fetch");
-    // The page's head started fetching and compiling the module already
-    // (window.lpWasm); without it, fetch and compile here.
-    const module = await (window.lpWasm || (async () => {
-      const resp = await fetch(url);
-      if (!resp.ok) throw new Error(`loading the kernel failed: HTTP ${resp.status} for ${url}`);
-      const type = resp.headers.get("Content-Type") || "";
-      if (type.startsWith("application/wasm") && WebAssembly.compileStreaming) return WebAssembly.compileStreaming(resp);
-      // Some static hosts send another content type: compile from bytes.
-      return WebAssembly.compile(await resp.arrayBuffer());
-    })());
-    const instance = await WebAssembly.instantiate(module, go.importObject);
-    performance.mark("lp:kernel-compiled");
-    go.run(instance);
-    for (let i = 0; i < 100 && !globalThis.leaseplane; i++) {
-      await new Promise((r) => setTimeout(r, 0));
-    }
-    if (!globalThis.leaseplane) throw new Error("the kernel started but did not install leaseplane");
-    performance.mark("lp:kernel-ready");
-    return globalThis.leaseplane;
-  }
-  window.lpKernel = load();
+  // The head's kernel-boot.js set window.lpKernel, unless the page was
+  // built without a kernel.
+  window.lpKernel = window.lpKernel || Promise.reject(new Error("this page was built without the browser kernel (run make wasm)"));
   window.lpKernel.then((k) => {
     const v = k.version();
     const el = document.getElementById("kernel-version");
