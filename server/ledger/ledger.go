@@ -556,8 +556,14 @@ func (w *wsLedger) remember(start int64, hashes [][32]byte) {
 	if len(hashes) == 0 {
 		return
 	}
-	if start != w.cacheStart+int64(len(w.cache)) || len(hashes) > cacheMax {
+	if start != w.cacheStart+int64(len(w.cache)) {
 		w.cache, w.cacheStart = nil, start
+	}
+	if len(hashes) > cacheMax {
+		// Only the newest cacheMax of a large append (a catch-up).
+		skip := len(hashes) - cacheMax
+		w.cache, w.cacheStart = nil, start+int64(skip)
+		hashes = hashes[skip:]
 	}
 	if len(w.cache)+len(hashes) > 2*cacheMax {
 		drop := len(w.cache) + len(hashes) - cacheMax
