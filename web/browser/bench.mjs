@@ -2,7 +2,7 @@
 // navigation to the first verdict (performance mark lp:first-verdict,
 // from navigation start), with a cold cache (new profile) and a warm one,
 // and the herd of fifty replayed by leaseplane.replay in the page.
-// Usage: make wasm && node web/browser/bench.mjs   (prints medians)
+// Usage: make wasm && node web/browser/bench.mjs [BINARY]   (prints medians)
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -10,7 +10,9 @@ import { buildBinary, corpusDir, launch, startServe } from "./harness.mjs";
 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-bench-"));
-const bin = buildBinary(tmp);
+// An optional argument names a leaseplane binary to measure instead of
+// one built from this tree (to compare builds).
+const bin = process.argv[2] || buildBinary(tmp);
 const serve = await startServe(bin, tmp);
 const url = serve.url + "/playground";
 const firstVerdict = async (page) => {
