@@ -6,7 +6,6 @@ package main
 // runs the built binary as a child and kills it under load.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -64,13 +63,10 @@ func serveInProcess(t *testing.T, args []string, env serveEnv) *e2eServer {
 		cancel()
 		t.Fatal("serve did not start listening within 60 s")
 	}
-	s.url = "http://" + s.addr
-	for _, line := range strings.Split(s.out.String(), "\n") {
-		if u, ok := strings.CutPrefix(line, "export LEASEPLANE_URL="); ok {
-			s.url = u
-		}
+	s.url, s.key = servertest.ReadServeStart(strings.NewReader(s.out.String()))
+	if s.url == "" {
+		s.url = "http://" + s.addr
 	}
-	s.key = servertest.FirstStartKey(s.out.String())
 	t.Cleanup(s.stop)
 	return s
 }
@@ -392,18 +388,7 @@ func startChild(t *testing.T, engine, data string) *child {
 	}
 	c := &child{cmd: cmd}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
-		if k, ok := strings.CutPrefix(line, "export LEASEPLANE_KEY="); ok {
-			c.key = k
-		}
-		if u, ok := strings.CutPrefix(line, "export LEASEPLANE_URL="); ok {
-			c.url = u
-			break
-		}
-	}
-	if c.url == "" {
+	if c.url, c.key = servertest.ReadServeStart(out); c.url == "" {
 		t.Fatalf("serve printed no URL")
 	}
 	go io.Copy(io.Discard, out)

@@ -20,7 +20,7 @@ import (
 func TestSplitBrain(t *testing.T) {
 	d1 := filepath.Join(t.TempDir(), "data")
 	_, out, stop := startServeAt(t, d1)
-	key := servertest.FirstStartKey(out.String())
+	_, key := servertest.ReadServeStart(strings.NewReader(out.String()))
 	if key == "" {
 		t.Fatalf("no first-start key in %q", out.String())
 	}

@@ -1,7 +1,6 @@
 package lincheck
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -425,22 +424,16 @@ func (p *plane) start(t *testing.T) {
 		}
 		ready := make(chan bool, 1)
 		go func() {
-			sc := bufio.NewScanner(stdout)
-			ok := false
-			for sc.Scan() {
-				line := sc.Text()
-				if k, found := strings.CutPrefix(line, "export LEASEPLANE_KEY="); found {
-					p.key = k
-				}
-				if u, found := strings.CutPrefix(line, "export LEASEPLANE_URL=http://"); found {
-					p.mu.Lock()
-					p.addr = u
-					p.mu.Unlock()
-					ok = true
-					break
-				}
+			u, k := servertest.ReadServeStart(stdout)
+			if k != "" {
+				p.key = k
 			}
-			ready <- ok
+			if u != "" {
+				p.mu.Lock()
+				p.addr = strings.TrimPrefix(u, "http://")
+				p.mu.Unlock()
+			}
+			ready <- u != ""
 			io.Copy(io.Discard, stdout)
 		}()
 		var ok bool

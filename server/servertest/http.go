@@ -1,6 +1,7 @@
 package servertest
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -48,16 +49,22 @@ func (s *Buffer) String() string {
 	return s.b.String()
 }
 
-// FirstStartKey is the key `leaseplane serve` prints on a first start
-// (the line "export LEASEPLANE_KEY=..."), or "" when out has none.
-func FirstStartKey(out string) string {
-	var key string
-	for _, line := range strings.Split(out, "\n") {
+// ReadServeStart reads what `leaseplane serve` prints when it starts, up
+// to the line that gives its URL ("export LEASEPLANE_URL=..."): the URL
+// ("" when the output ends first) and the key a first start prints before
+// it ("export LEASEPLANE_KEY=...", "" on a later start).
+func ReadServeStart(out io.Reader) (url, key string) {
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
 		if k, ok := strings.CutPrefix(line, "export LEASEPLANE_KEY="); ok {
 			key = k
 		}
+		if u, ok := strings.CutPrefix(line, "export LEASEPLANE_URL="); ok {
+			return u, key
+		}
 	}
-	return key
+	return "", key
 }
 
 var (
