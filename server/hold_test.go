@@ -134,6 +134,80 @@ func TestHeldRequestsGrantedInQueueOrder(t *testing.T) {
 	}
 }
 
+// A held request wakes when its own resource may have freed (a release
+// there), not at a release of another resource; of the writers held on
+// the resource the one nearest the head wakes alone, readers all wake;
+// an alarm tick wakes everyone.
+func TestHeldRequestWakesForItsResource(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	ctx := context.Background()
+	const holder = "did:example:holder"
+	for _, r := range []string{"lock:a", "lock:b"} {
+		if st, b := ts.lease(r, holder); st != 200 {
+			t.Fatalf("setup %s: %d %s", r, st, b)
+		}
+	}
+	k, _, ok := ts.s.authenticate(ctx, ts.key)
+	if !ok {
+		t.Fatal("the test key does not authenticate")
+	}
+	ws, err := ts.s.workspace(k.WorkspaceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changed <-chan struct{}
+	hold := func(actor, mode string) *heldAsk {
+		t.Helper()
+		h := &heldAsk{resource: "lock:a", actor: actor, place: notAdmitted, reader: mode == "read"}
+		ws.mu.Lock()
+		ws.holding++
+		ws.addHeldLocked(h) // as callHeld does
+		ws.mu.Unlock()
+		body := `{"resource":"lock:a","actorDid":"` + actor + `"`
+		if mode != "" {
+			body += `,"mode":"` + mode + `"`
+		}
+		var r reply
+		r, changed = ts.s.decideAsNotify(ctx, k, kernel.OpAcquire, []byte(body+"}"), h)
+		if r.status != 409 || !h.held || !h.waiting {
+			t.Fatalf("%s's acquire: %d %s; want lease_held, held", actor, r.status, r.answer)
+		}
+		return h
+	}
+	first, second, reader := hold("did:example:w1", ""), hold("did:example:w2", "write"), hold("did:example:r", "read")
+	release := func(res string) {
+		t.Helper()
+		if st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"`+res+`","actorDid":"`+holder+`"}`); st != 200 {
+			t.Fatalf("release %s: %d %s", res, st, b)
+		}
+	}
+	release("lock:b")
+	if isClosed(changed) || isClosed(first.wake) || isClosed(second.wake) || isClosed(reader.wake) {
+		t.Fatal("a release of lock:b woke a request held on lock:a")
+	}
+	release("lock:a")
+	if !isClosed(first.wake) || !isClosed(reader.wake) {
+		t.Fatalf("a release of lock:a woke the first writer %v and the reader %v; want both", isClosed(first.wake), isClosed(reader.wake))
+	}
+	if isClosed(second.wake) || isClosed(changed) {
+		t.Fatalf("a release of lock:a woke the second writer %v, everyone %v; want neither", isClosed(second.wake), isClosed(changed))
+	}
+	// The first writer could not use the wake: it passes it to the next.
+	ws.mu.Lock()
+	ws.wakeWriterLocked("lock:a")
+	ws.mu.Unlock()
+	if !isClosed(second.wake) {
+		t.Fatal("the wake passed on did not reach the second writer")
+	}
+	// A claim ends (no event): the alarm's tick wakes everyone.
+	ts.clock.Advance(2 * time.Second)
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the alarm tick at the claim's end did not wake the held requests")
+	}
+}
+
 // A lease that lapses (an alarm tick) wakes the held request.
 func TestHeldRequestGrantedOnLapse(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())

@@ -53,6 +53,7 @@ type workspace struct {
 	// held requests ask again in queue order (hold.go).
 	held       map[*heldAsk]struct{}
 	heldQueues map[string]*heldQueue
+	heldSeq    uint64
 	wakes      uint64
 	turn       sync.Cond
 
@@ -273,12 +274,18 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		at, ok, err := ws.eng.NextAlarm()
 		lapses = err == nil && ok && at <= now
 	}
-	if op == kernel.OpRelease && ws.holding > 0 {
+	// With requests held, the resource a release or an acquire names: a
+	// change it makes that may free something frees that resource alone.
+	var resource string
+	if ws.holding > 0 && (op == kernel.OpRelease || op == kernel.OpAcquire) {
 		if c, err := kernel.DecodeRequest(op, 0, body); err == nil {
-			if ws.released == nil {
-				ws.released = map[string]uint64{}
+			resource = c.Resource
+			if op == kernel.OpRelease {
+				if ws.released == nil {
+					ws.released = map[string]uint64{}
+				}
+				ws.released[c.Resource+"\x00"+c.ActorDid]++
 			}
-			ws.released[c.Resource+"\x00"+c.ActorDid]++
 		}
 	}
 	res, err := ws.eng.Apply(op, now, body)
@@ -289,7 +296,11 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 	}
 	out = applied{res: res}
 	if lapses || mayFree(op, res) {
-		ws.notifyLocked()
+		if r := freesOnly(op, res, resource, lapses); r != "" {
+			ws.notifyResourceLocked(r)
+		} else {
+			ws.notifyLocked()
+		}
 	}
 	if ws.tape != nil {
 		ws.tape = append(ws.tape, tapeEntry{op: op, nowMs: now, body: bytes.Clone(body), status: res.Status,
