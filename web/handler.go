@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -81,12 +83,13 @@ func RenderOperator(ctx context.Context, w *bytes.Buffer, l Links) error {
 	return operatorPage(p).Render(ctx, w)
 }
 
-// pageHandler renders a page once (its content is fixed for a binary)
-// and serves it with an ETag, so a revalidation costs a 304.
+// pageHandler renders a page once (its content is fixed for a binary),
+// gzips it once, and serves it with an ETag, so a revalidation costs a 304.
 func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.HandlerFunc {
 	var (
 		once sync.Once
 		page []byte
+		gzpg []byte // page gzipped, made with it
 		etag string
 		err  error
 	)
@@ -96,7 +99,12 @@ func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.
 			if err = render(context.Background(), &buf, ServerLinks); err == nil {
 				page = buf.Bytes()
 				sum := sha256.Sum256(page)
-				etag = `"` + hex.EncodeToString(sum[:8]) + `"`
+				etag = hex.EncodeToString(sum[:8])
+				var z bytes.Buffer
+				zw, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+				zw.Write(page)
+				zw.Close()
+				gzpg = z.Bytes()
 			}
 		})
 		if err != nil {
@@ -107,17 +115,26 @@ func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("ETag", etag)
+		h.Set("Vary", "Accept-Encoding")
 		if u := kernelPreload(); u != "" {
 			// The browser fetches the kernel as soon as the headers arrive,
 			// before the page's first script can ask for it.
 			h.Set("Link", u)
 		}
-		if strings.Contains(r.Header.Get("If-None-Match"), etag) {
+		// Either encoding revalidates: both carry the same page once decoded.
+		if strings.Contains(r.Header.Get("If-None-Match"), `"`+etag) {
+			h.Set("ETag", `"`+etag+`"`)
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		w.Write(page)
+		body, tag := page, etag
+		if _, gz := acceptedEncodings(r.Header.Get("Accept-Encoding")); gz {
+			h.Set("Content-Encoding", "gzip")
+			body, tag = gzpg, etag+".gz"
+		}
+		h.Set("ETag", `"`+tag+`"`)
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
 	}
 }
 

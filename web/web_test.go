@@ -438,6 +438,50 @@ func TestPagesRevalidate(t *testing.T) {
 	}
 }
 
+// TestPagesGzip: a page goes gzipped to a client that accepts it (the same
+// bytes once decoded), plain to one that does not, and either ETag
+// revalidates.
+func TestPagesGzip(t *testing.T) {
+	h := Handler()
+	get := func(ae, inm string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/playground", nil)
+		if ae != "" {
+			r.Header.Set("Accept-Encoding", ae)
+		}
+		if inm != "" {
+			r.Header.Set("If-None-Match", inm)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	plain, zipped := get("", ""), get("gzip, br", "")
+	if plain.Header().Get("Content-Encoding") != "" || zipped.Header().Get("Content-Encoding") != "gzip" {
+		t.Fatalf("Content-Encoding %q without Accept-Encoding, %q with gzip", plain.Header().Get("Content-Encoding"), zipped.Header().Get("Content-Encoding"))
+	}
+	if zipped.Header().Get("Vary") != "Accept-Encoding" || zipped.Body.Len() >= plain.Body.Len()/2 {
+		t.Errorf("gzipped page: Vary %q, %d bytes against %d plain", zipped.Header().Get("Vary"), zipped.Body.Len(), plain.Body.Len())
+	}
+	zr, err := gzip.NewReader(zipped.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(zr); !bytes.Equal(b, plain.Body.Bytes()) {
+		t.Error("the gzipped page is not the page")
+	}
+	if get("gzip;q=0", "").Header().Get("Content-Encoding") != "" {
+		t.Error("gzip;q=0 got a gzipped page")
+	}
+	for _, tag := range []string{plain.Header().Get("ETag"), zipped.Header().Get("ETag")} {
+		if rec := get("gzip", tag); rec.Code != http.StatusNotModified {
+			t.Errorf("If-None-Match %s: %d, want 304", tag, rec.Code)
+		}
+	}
+	if plain.Header().Get("ETag") == zipped.Header().Get("ETag") {
+		t.Error("the two encodings share an ETag")
+	}
+}
+
 func TestWriteSiteLinksResolve(t *testing.T) {
 	if BuildHash() == "" {
 		// WriteSite must refuse: a site without its kernel runs nothing.
