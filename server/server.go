@@ -258,9 +258,19 @@ func New(cfg Config) (*Server, error) {
 		unlock()
 		return nil, err
 	}
+	last, err := st.LastStampMs()
+	if err != nil {
+		st.Close()
+		unlock()
+		return nil, err
+	}
+	clock := newPlaneClock(cfg.Clock, cfg.Monotonic, last)
 	if !cfg.NoLedger {
+		// The ledger stamps its writes with the plane's clock, from which
+		// retention counts: a step of the system clock drops nothing early.
+		now := func() time.Time { return time.UnixMilli(clock.nowMs(cfg.Clock)) }
 		led, err = ledger.New(ledger.Config{Store: st, DataDir: cfg.DataDir, Host: cfg.PublicHost, Logger: log,
-			Now: cfg.Clock, Retention: cfg.LedgerRetention, RetainEvery: cfg.LedgerRetainEvery})
+			Now: now, Retention: cfg.LedgerRetention, RetainEvery: cfg.LedgerRetainEvery})
 		if err != nil {
 			st.Close()
 			unlock()
@@ -279,13 +289,7 @@ func New(cfg Config) (*Server, error) {
 		unlock:     unlock,
 		ledger:     led,
 	}
-	last, err := st.LastStampMs()
-	if err != nil {
-		st.Close()
-		unlock()
-		return nil, err
-	}
-	s.clock = newPlaneClock(cfg.Clock, cfg.Monotonic, last)
+	s.clock = clock
 	s.keys.entries = map[string]keyEntry{}
 	s.bodies.reading = map[*guardedBody]struct{}{}
 	s.metrics = newMetrics(s)
