@@ -631,6 +631,9 @@ func (l *Ledger) signer() {
 	}
 }
 
+// retainSteps bounds the drops of one workspace in one Retain.
+const retainSteps = 16
+
 // Retain drops, in every workspace, the entry bodies older than
 // Config.Retention that an export has covered (a no-op when Retention is
 // 0); the signer runs it every Config.RetainEvery.
@@ -640,8 +643,19 @@ func (l *Ledger) Retain() {
 	}
 	before := l.cfg.Now().Add(-l.cfg.Retention).UnixMilli()
 	for _, w := range l.all() {
-		if _, err := l.st.DropLedgerBodies(context.Background(), w.id, before); err != nil {
-			l.log.Warn("ledger retention: bodies not dropped; will try again", "workspace", w.name, "err", err)
+		// A drop is one transaction of at most 1,000 rows (32,000 entries);
+		// a few of them a turn, so that a large first drop neither holds
+		// ledger.db long nor keeps the signer from its checkpoints.
+		for range retainSteps {
+			prev, _ := l.st.LedgerRetentionOf(context.Background(), w.id)
+			upTo, err := l.st.DropLedgerBodies(context.Background(), w.id, before)
+			if err != nil {
+				l.log.Warn("ledger retention: bodies not dropped; will try again", "workspace", w.name, "err", err)
+				break
+			}
+			if upTo == prev.Dropped {
+				break
+			}
 		}
 	}
 }

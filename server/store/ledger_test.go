@@ -228,3 +228,75 @@ func TestLedgerGrantEpochs(t *testing.T) {
 		t.Errorf("an unknown lease found: %v %v", ok, err)
 	}
 }
+
+// TestDropLedgerBodies: retention drops whole rows, oldest first, only
+// below the export mark and only those written before the cut; it stops
+// at the first row that must stay, and a trigger refuses any other delete.
+func TestDropLedgerBodies(t *testing.T) {
+	s := open(t, t.TempDir(), Options{})
+	ctx := context.Background()
+	var pos LedgerPos
+	for _, a := range []struct {
+		n       int
+		written int64
+	}{{2, 100}, {3, 200}, {1, 300}} {
+		next := LedgerPos{Seq: pos.Seq + 1, Size: pos.Size + int64(a.n)}
+		app := LedgerAppend{Workspace: 1, From: pos, To: next, HashStart: storedHashCount(pos.Size), WrittenMs: a.written,
+			Hashes: make([][32]byte, storedHashCount(next.Size)-storedHashCount(pos.Size))}
+		for i := range a.n {
+			app.Entries = append(app.Entries, LedgerEntry{Index: pos.Size + int64(i), Seq: next.Seq, Data: []byte(`{}`)})
+		}
+		if err := s.AppendLedger([]LedgerAppend{app}); err != nil {
+			t.Fatal(err)
+		}
+		pos = next
+	}
+	if got, err := s.DropLedgerBodies(ctx, 1, 1000); err != nil || got != 0 {
+		t.Fatalf("drop before any export: %d %v, want 0", got, err)
+	}
+	for _, step := range []struct {
+		mark, before, want int64
+	}{
+		{4, 1000, 2}, // the second row reaches past the mark
+		{5, 150, 2},  // the second row is newer than the cut
+		{5, 1000, 5},
+		{6, 250, 5}, // the third row is newer than the cut
+		{6, 1000, 6},
+	} {
+		if err := s.MarkExported(ctx, 1, step.mark); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.DropLedgerBodies(ctx, 1, step.before); err != nil || got != step.want {
+			t.Fatalf("mark %d, cut %d: dropped below %d (%v), want %d", step.mark, step.before, got, err, step.want)
+		}
+		if _, err := s.LedgerEntries(ctx, 1, step.want-1, 1); step.want > 0 && !errors.Is(err, ErrGone) {
+			t.Errorf("entry %d after the drop: %v, want ErrGone", step.want-1, err)
+		}
+		if es, err := s.LedgerEntries(ctx, 1, step.want, 10); step.want < 6 && (err != nil || len(es) != int(6-step.want)) {
+			t.Errorf("entries from %d after the drop: %d %v", step.want, len(es), err)
+		}
+	}
+	if err := s.MarkExported(ctx, 1, 3); err != nil { // the mark only rises
+		t.Fatal(err)
+	}
+	if r, err := s.LedgerRetentionOf(ctx, 1); err != nil || r != (LedgerRetention{Exported: 6, Dropped: 6}) {
+		t.Errorf("retention %+v %v", r, err)
+	}
+}
+
+// TestBodiesKeptUntilExported: the trigger refuses to delete a body row
+// that reaches past the export mark.
+func TestBodiesKeptUntilExported(t *testing.T) {
+	s := open(t, t.TempDir(), Options{})
+	app := LedgerAppend{Workspace: 1, To: LedgerPos{Seq: 1, Size: 2}, Hashes: make([][32]byte, storedHashCount(2)),
+		Entries: []LedgerEntry{{Index: 0, Seq: 1, Data: []byte(`{}`)}, {Index: 1, Seq: 1, Data: []byte(`{}`)}}}
+	if err := s.AppendLedger([]LedgerAppend{app}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkExported(context.Background(), 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ldb.Exec(`DELETE FROM bodies`); err == nil {
+		t.Error("a body row past the export mark was deleted")
+	}
+}
