@@ -11,9 +11,10 @@
 //
 // Each Engine owns one module instance holding one kernel Machine from New
 // or Restore until Close: the state stays in the instance, so a command
-// crosses the boundary as its JSON bytes and comes back as the answer and
-// events bytes, with no decoding on the host and no reflection on either
-// side. An instance is never used by two Engines at once, and each Engine
+// crosses the boundary as a few bytes (Apply: the command the host decoded
+// with the kernel's own decoder; Step: the scenario step's JSON) and comes
+// back as the answer and events bytes, with no reflection on either side.
+// An instance is never used by two Engines at once, and each Engine
 // guards its instance with a mutex: wazero instances are not safe for
 // concurrent use, so an Engine shared by mistake serialises instead of
 // crashing the process. A trap breaks the instance for good; every later
