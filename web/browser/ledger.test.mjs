@@ -14,18 +14,24 @@ import { useServe } from "./suite.mjs";
 let tmp, bin, serve, browser;
 useServe("ledger", {}, (e) => ({ tmp, bin, serve, browser } = e));
 
-
 const receipt = fs.readFileSync(path.join(root, "kernel/ledger/testdata/receipt.txt"), "utf8");
 const vkey = fs.readFileSync(path.join(root, "kernel/ledger/testdata/key.vkey"), "utf8").trim();
 const otherKey = fs.readFileSync(path.join(root, "kernel/ledger/testdata/other.vkey"), "utf8").trim();
 
+// openWatched opens route in a new page that records its script errors and
+// its requests.
+async function openWatched(route) {
+  const page = await browser.ctx.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  const reqs = watchRequests(page);
+  await page.goto(serve.url + route);
+  return { page, errors, reqs };
+}
+
 describe("the signed ledger in the browser", () => {
   test("docs: a pasted receipt is verified, a tampered one refused, and no request leaves the page", async () => {
-    const page = await browser.ctx.newPage();
-    const errors = [];
-    page.on("pageerror", (e) => errors.push(e.message));
-    const reqs = watchRequests(page);
-    await page.goto(serve.url + "/docs#verify");
+    const { page, errors, reqs } = await openWatched("/docs#verify");
     await page.waitForLoadState("networkidle");
     // Turning to the panel loads the verifier; from then on nothing is fetched.
     await page.focus("#verify-text");
@@ -61,11 +67,7 @@ describe("the signed ledger in the browser", () => {
   });
 
   test("playground: a run is sealed with a browser test key; every grant's receipt is verified there and by leaseplane verify", async () => {
-    const page = await browser.ctx.newPage();
-    const errors = [];
-    page.on("pageerror", (e) => errors.push(e.message));
-    const reqs = watchRequests(page);
-    await page.goto(serve.url + "/playground");
+    const { page, errors, reqs } = await openWatched("/playground");
     await page.waitForSelector("body[data-sealed='1']", { timeout: 20000 });
     await page.waitForLoadState("networkidle");
     reqs.mark();
