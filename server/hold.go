@@ -89,15 +89,11 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 	gaveUp := c.Resource + "\x00" + c.ActorDid
 	h := &heldAsk{resource: c.Resource, actor: c.ActorDid, place: notAdmitted, reader: c.Mode == "read"}
 	ws.mu.Lock()
-	ws.holding++
 	released := ws.released[gaveUp]
 	ws.addHeldLocked(h)
 	ws.mu.Unlock()
 	defer func() {
 		ws.mu.Lock()
-		if ws.holding--; ws.holding == 0 {
-			clear(ws.released)
-		}
 		ws.removeHeldLocked(h)
 		ws.mu.Unlock()
 	}()
@@ -260,36 +256,37 @@ type heldAsk struct {
 }
 
 // heldQueue is what a workspace keeps per resource with held requests:
-// how many, the wake whose head has asked, and the changes of the
+// the requests, the wake whose head has asked, and the changes of the
 // resource alone so far (a writer is woken at most once per change).
 type heldQueue struct {
-	n     int
-	gate  uint64
-	round uint64
+	members map[*heldAsk]struct{}
+	gate    uint64
+	round   uint64
 }
 
 func (ws *workspace) addHeldLocked(h *heldAsk) {
-	if ws.held == nil {
-		ws.held = map[*heldAsk]struct{}{}
+	if ws.heldQueues == nil {
 		ws.heldQueues = map[string]*heldQueue{}
 		ws.turn.L = &ws.mu
 	}
+	ws.holding++
 	h.asked = ws.wakes
 	ws.heldSeq++
 	h.seq = ws.heldSeq
-	ws.held[h] = struct{}{}
 	q := ws.heldQueues[h.resource]
 	if q == nil {
-		q = &heldQueue{gate: ws.wakes}
+		q = &heldQueue{members: map[*heldAsk]struct{}{}, gate: ws.wakes}
 		ws.heldQueues[h.resource] = q
 	}
-	q.n++
+	q.members[h] = struct{}{}
 }
 
 func (ws *workspace) removeHeldLocked(h *heldAsk) {
-	delete(ws.held, h)
+	if ws.holding--; ws.holding == 0 {
+		clear(ws.released)
+	}
 	q := ws.heldQueues[h.resource]
-	if q.n--; q.n == 0 {
+	if delete(q.members, h); len(q.members) == 0 {
 		delete(ws.heldQueues, h.resource)
 	}
 	ws.turn.Broadcast()
@@ -309,8 +306,8 @@ func (ws *workspace) mayAskLocked(h *heldAsk) bool {
 }
 
 func (ws *workspace) aheadLocked(h *heldAsk) bool {
-	for o := range ws.held {
-		if o != h && o.resource == h.resource && o.place < h.place && o.asked < ws.wakes {
+	for o := range ws.heldQueues[h.resource].members {
+		if o != h && o.place < h.place && o.asked < ws.wakes {
 			return true
 		}
 	}
@@ -320,13 +317,11 @@ func (ws *workspace) aheadLocked(h *heldAsk) bool {
 // askedLocked records h's ask and its answer res: its new place in the
 // queue (ws.mu held).
 func (ws *workspace) askedLocked(h *heldAsk, res kernel.Result) {
-	if q := ws.heldQueues[h.resource]; !ws.aheadLocked(h) {
+	q := ws.heldQueues[h.resource]
+	if !ws.aheadLocked(h) {
 		q.gate = ws.wakes // h was the head: the rest need not wait
 	}
-	h.asked = ws.wakes
-	if q := ws.heldQueues[h.resource]; q != nil {
-		h.tried = q.round
-	}
+	h.asked, h.tried = ws.wakes, q.round
 	h.held, h.holder, h.place, h.waitMs = false, false, notAdmitted, 0
 	if res.Status == 409 && bytes.Contains(res.Answer, leaseHeldMark) {
 		var a heldAnswer
@@ -353,8 +348,8 @@ func (ws *workspace) notifyResourceLocked(r string) {
 		return
 	}
 	q.round++
-	for h := range ws.held {
-		if h.reader && h.resource == r && h.waiting {
+	for h := range q.members {
+		if h.reader && h.waiting {
 			h.waiting, h.woken = false, true
 			close(h.wake)
 		}
@@ -371,8 +366,8 @@ func (ws *workspace) wakeWriterLocked(r string) {
 		return
 	}
 	var next *heldAsk
-	for h := range ws.held {
-		if h.reader || h.resource != r || !h.waiting || h.tried >= q.round {
+	for h := range q.members {
+		if h.reader || !h.waiting || h.tried >= q.round {
 			continue
 		}
 		if next == nil || h.place < next.place || h.place == next.place && h.seq < next.seq {

@@ -47,11 +47,10 @@ type workspace struct {
 	// (resource + "\x00" + actorDid), which end that agent's hold.
 	holding  int
 	released map[string]uint64
-	// held are the requests held on ws with their places in their
-	// resources' queues; wakes counts the closings of changed; turn
+	// heldQueues are the requests held on ws by resource, with their
+	// places in its queue; wakes counts the closings of changed; turn
 	// (on mu) is signalled when a held request asks or leaves. Woken
 	// held requests ask again in queue order (hold.go).
-	held       map[*heldAsk]struct{}
 	heldQueues map[string]*heldQueue
 	heldSeq    uint64
 	wakes      uint64
