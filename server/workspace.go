@@ -273,10 +273,12 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		at, ok, err := ws.eng.NextAlarm()
 		lapses = err == nil && ok && at <= now
 	}
-	// With requests held, the resource a release or an acquire names: a
-	// change it makes that may free something frees that resource alone.
+	res, err := ws.eng.Apply(op, now, body)
+	// With requests held, a release ends its agent's hold there, and the
+	// change a release or a renewal makes frees its resource alone: only
+	// then is the command decoded again for its resource.
 	var resource string
-	if ws.holding > 0 && (op == kernel.OpRelease || op == kernel.OpAcquire) {
+	if ws.holding > 0 && (op == kernel.OpRelease || op == kernel.OpAcquire && !lapses && mayFree(op, res)) {
 		if c, err := kernel.DecodeRequest(op, 0, body); err == nil {
 			resource = c.Resource
 			if op == kernel.OpRelease {
@@ -287,7 +289,6 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 			}
 		}
 	}
-	res, err := ws.eng.Apply(op, now, body)
 	if err != nil {
 		ws.gen.Add(1)
 		s.log.Error("engine failed; the workspace will be reloaded", "workspace", ws.name, "op", op, "err", err)
