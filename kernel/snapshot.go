@@ -179,6 +179,32 @@ func decodeSnapshot(b []byte) (snapState, error) {
 	return s, err
 }
 
+// SnapshotFence is the workspace's fence counter that snapshot holds: the
+// last fence granted. It refuses what Restore refuses.
+func SnapshotFence(snapshot []byte) (int64, error) {
+	m, err := Restore(snapshot)
+	if err != nil {
+		return 0, err
+	}
+	return m.fence, nil
+}
+
+// WithFence is snapshot with the workspace's fence counter raised to
+// fence, everything else as it was: a host that must never hand out a
+// fence again (a restored backup) restores the machine from it. A fence
+// below the counter is refused: fences only rise.
+func WithFence(snapshot []byte, fence int64) ([]byte, error) {
+	m, err := Restore(snapshot)
+	if err != nil {
+		return nil, err
+	}
+	if fence < m.fence {
+		return nil, errors.New("with fence: " + strconv.FormatInt(fence, 10) + " is below the counter " + strconv.FormatInt(m.fence, 10) + "; fences only rise")
+	}
+	m.fence = fence
+	return m.Snapshot(), nil
+}
+
 // Restore rebuilds a machine from a Snapshot. It checks the snapshot's
 // shape and the invariants it relies on, and refuses what breaks them. A
 // version 1 snapshot (leaseplane 0.1) is converted: the workspace's fence

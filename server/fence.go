@@ -3,9 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/server/store"
@@ -15,57 +13,6 @@ import (
 // fences are JSON integers, and JavaScript holds them exactly only up to
 // 2^53 − 1.
 const MaxFence = 1<<53 - 1
-
-// snapshotFence is the fence counter a kernel snapshot holds (its
-// top-level "fence" member).
-func snapshotFence(snap []byte) (int64, error) {
-	fence := int64(-1)
-	err := kernel.ScanObject(snap, func(name string, v []byte) error {
-		if name == "fence" {
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil {
-				return fmt.Errorf("fence %q is not an integer", v)
-			}
-			fence = n
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("read the snapshot's fence: %w", err)
-	}
-	if fence < 0 {
-		return 0, errors.New("read the snapshot's fence: the snapshot has no fence counter")
-	}
-	return fence, nil
-}
-
-// withFence is snap with its fence counter set to fence. A kernel snapshot
-// is canonical JSON whose top-level members come in a fixed order (v,
-// rules, nowMs, seq, fence, ...), and inside a JSON string every quote is
-// escaped, so the first `,"fence":` is the counter's. The kernel's
-// Restore checks the result is canonical, and the caller compares the
-// restored machine's snapshot with it.
-func withFence(snap []byte, fence int64) ([]byte, error) {
-	old, err := snapshotFence(snap)
-	if err != nil {
-		return nil, err
-	}
-	member := []byte(`,"fence":` + strconv.FormatInt(old, 10) + `,`)
-	i := bytes.Index(snap, member)
-	if i < 0 {
-		return nil, errors.New("the snapshot's fence counter is not where a kernel snapshot keeps it")
-	}
-	out := make([]byte, 0, len(snap)+20)
-	out = append(out, snap[:i]...)
-	out = append(out, `,"fence":`...)
-	out = strconv.AppendInt(out, fence, 10)
-	out = append(out, ',')
-	out = append(out, snap[i+len(member):]...)
-	if got, err := snapshotFence(out); err != nil || got != fence {
-		return nil, fmt.Errorf("the raised snapshot reads fence %d (%v), want %d", got, err, fence)
-	}
-	return out, nil
-}
 
 // raiseFences gives a freshly loaded workspace of a restored data folder
 // its fence raise (store.SetFenceRaise), once: its counter goes to
@@ -86,9 +33,9 @@ func (s *Server) raiseFences(ws *workspace) error {
 	if err != nil {
 		return fmt.Errorf("server: snapshot workspace %s to raise its fences: %w", ws.name, err)
 	}
-	from, err := snapshotFence(snap)
+	from, err := kernel.SnapshotFence(snap)
 	if err != nil {
-		return fmt.Errorf("server: workspace %s: %w", ws.name, err)
+		return fmt.Errorf("server: workspace %s: read the fence counter: %w", ws.name, err)
 	}
 	to := max(from+r.Raise, r.Floor)
 	if to > MaxFence || to < from {
@@ -96,7 +43,7 @@ func (s *Server) raiseFences(ws *workspace) error {
 			ws.name, from, r.Raise, r.Floor, int64(MaxFence))
 	}
 	if to > from {
-		raised, err := withFence(snap, to)
+		raised, err := kernel.WithFence(snap, to)
 		if err != nil {
 			return fmt.Errorf("server: workspace %s: %w", ws.name, err)
 		}

@@ -1,4 +1,4 @@
-package server
+package kernel_test
 
 import (
 	"strings"
@@ -7,11 +7,11 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 )
 
-// TestWithFence: the fence counter of a kernel snapshot is rewritten, and
-// nothing else, even when the rules before it hold a prefix that spells
-// the counter's member; the kernel restores the result and grants the
-// next fence above it. A counter that is not where a snapshot keeps it is
-// refused.
+// TestWithFence: the fence counter of a snapshot is raised, and nothing
+// else changes, even when the rules hold a string that spells the
+// counter's member; the kernel restores the result and grants the next
+// fence above it. A snapshot that does not restore, or a fence below the
+// counter, is refused.
 func TestWithFence(t *testing.T) {
 	for _, rules := range []string{``, `{"readShared":["x,\"fence\":0,","file:"]}`} {
 		eng, err := kernel.Native.New([]byte(rules))
@@ -22,10 +22,10 @@ func TestWithFence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f, err := snapshotFence(snap); err != nil || f != 0 {
+		if f, err := kernel.SnapshotFence(snap); err != nil || f != 0 {
 			t.Fatalf("rules %s: fence %d %v, want 0", rules, f, err)
 		}
-		raised, err := withFence(snap, 1_000_000)
+		raised, err := kernel.WithFence(snap, 1_000_000)
 		if err != nil {
 			t.Fatalf("rules %s: %v", rules, err)
 		}
@@ -33,7 +33,13 @@ func TestWithFence(t *testing.T) {
 			t.Fatalf("rules %s: more than the counter changed:\n%s\n%s", rules, snap, raised)
 		}
 		if rules != "" && !strings.Contains(string(raised), `x,\"fence\":0,`) {
-			t.Fatalf("the rules' prefix was rewritten: %s", raised)
+			t.Fatalf("the rules' string was rewritten: %s", raised)
+		}
+		if f, err := kernel.SnapshotFence(raised); err != nil || f != 1_000_000 {
+			t.Fatalf("rules %s: the raised snapshot reads fence %d %v, want 1000000", rules, f, err)
+		}
+		if _, err := kernel.WithFence(raised, 999_999); err == nil {
+			t.Errorf("rules %s: WithFence lowered the counter", rules)
 		}
 		m, err := kernel.Native.Restore(raised)
 		if err != nil {
@@ -47,8 +53,8 @@ func TestWithFence(t *testing.T) {
 		m.Close()
 	}
 	for _, bad := range []string{`{"v":2}`, `not json`, `{"v":2,"fence":"7"}`} {
-		if _, err := withFence([]byte(bad), 9); err == nil {
-			t.Errorf("withFence(%s) raised a snapshot without a fence counter", bad)
+		if _, err := kernel.WithFence([]byte(bad), 9); err == nil {
+			t.Errorf("WithFence(%s) raised a snapshot that does not restore", bad)
 		}
 	}
 }
