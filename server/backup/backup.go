@@ -35,6 +35,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -125,7 +126,7 @@ func Take(ctx context.Context, dataDir, out string, now func() time.Time) (Manif
 	if err != nil {
 		return Manifest{}, fmt.Errorf("backup: write the manifest: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(tmp, ManifestName), append(b, '\n')); err != nil {
+	if err := writeNew(filepath.Join(tmp, ManifestName), bytes.NewReader(append(b, '\n'))); err != nil {
 		return Manifest{}, fmt.Errorf("backup: write the manifest: %w", err)
 	}
 	syncDir(tmp)
@@ -208,26 +209,17 @@ func copyFile(from, to string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return writeNew(to, in)
 }
 
-func writeFileSync(path string, b []byte) error {
+// writeNew writes what r reads into a new file of mode 0600 at path, and
+// syncs it before it returns.
+func writeNew(path string, r io.Reader) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
+	_, err = io.Copy(f, r)
 	if err == nil {
 		err = f.Sync()
 	}
