@@ -7,7 +7,7 @@ BIN     := bin/leaseplane
 # of its count of inputs below.
 FUZZTIME ?=
 
-.PHONY: test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
+.PHONY: check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
         wasm check-wasm test-fresh static test-static release bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
@@ -89,6 +89,11 @@ wasm:
 	$(call build-wasm,.)
 	@chmod a-x $(WASM_JS) $(WASM_LEDGER)
 
+# check-tree: no tracked file is a build output (an executable or a wasm
+# module) but the committed kernels above.
+check-tree:
+	.ci/build-outputs $(WASM_FILES)
+
 # check-wasm rebuilds the kernels aside and compares them with the
 # committed files.
 check-wasm:
@@ -104,7 +109,7 @@ check-wasm:
 # The Node suites run last, so that a passing run ends with node --test's
 # summary (# pass N, # fail 0), which a CI runner recognises; a failing
 # one ends with make's error.
-test: check-wasm check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-browser test-worker
+test: check-tree check-wasm check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-browser test-worker
 
 # test-go leaves the parity run to its own target, which prints its seed.
 test-go: test-bench-tool
