@@ -70,7 +70,65 @@ type Command struct {
 	Prefix     string
 	After      string
 	Limit      int
+	// WaitUpToMs is an acquire's waitUpToMs (semantics 3): 0 when absent,
+	// null or 0; HasWaitUpTo tells a present field from an absent one.
+	WaitUpToMs  int64
+	HasWaitUpTo bool
+	// AskID is cancel's askId; HasAskID tells it from an absent one.
+	AskID    string
+	HasAskID bool
+	// Invalid, when not empty, is why the command did not decode (the edge
+	// that decoded it sets it: DecodeCommand, DecodeStepCommand): Step
+	// answers it invalid_request, with that message, and changes nothing.
+	Invalid string
 }
+
+// Ready is what one Step gives its host, after go.etcd.io/raft's Ready:
+// everything the host must write, send or arm, so that it decides nothing
+// itself.
+type Ready struct {
+	// Status is the HTTP status of the command's own answer;
+	// RetryAfterSec, when above zero, its Retry-After header.
+	Status        int
+	RetryAfterSec int
+	// Answer is the command's own answer, canonical JSON; nil when the
+	// command made a held ask (AskID), which is answered later.
+	Answer []byte
+	// AskID is the held ask this command made ("" when none).
+	AskID string
+	// Events are the events the step emitted, in order, typed.
+	Events []Event
+	// Answers are the held asks that ended during this step, in the order
+	// they ended, each with its answer: a host writes each to the request
+	// held under its AskID (once the step is durable, when Log is set).
+	Answers []AskAnswer
+	// Log reports whether the command changed durable state: a host that
+	// keeps a log writes it there when set, and need not otherwise (a
+	// wait or tick that only moved the clock is not logged).
+	Log bool
+	// Changed reports whether anything changed, the clock included
+	// (Result.Changed).
+	Changed bool
+	// NextAlarm is when the host must send the next tick, if AlarmOK.
+	NextAlarm int64
+	AlarmOK   bool
+	// SnapshotDue reports that SnapshotEvery logged commands have passed
+	// since the machine's last Snapshot (or its start): a durable host
+	// snapshots now.
+	SnapshotDue bool
+}
+
+// AskAnswer is the answer to a held ask that ended.
+type AskAnswer struct {
+	AskID         string
+	Status        int
+	RetryAfterSec int
+	Answer        []byte
+}
+
+// SnapshotEvery is how many logged commands go between two snapshots
+// (Ready.SnapshotDue): the one rule of every durable host.
+const SnapshotEvery = 1000
 
 // Result is what a command gives the host.
 type Result struct {
@@ -96,6 +154,12 @@ type Event struct {
 	Type string
 	AtMs int64
 	JSON []byte
+	// ActorDid is the agent; Resource, LeaseID and Fence the lease (empty
+	// and 0 for operator events).
+	ActorDid string
+	Resource string
+	LeaseID  string
+	Fence    int64
 }
 
 // Engine is the seam between hosts and a kernel build: the native Machine
@@ -104,11 +168,16 @@ type Event struct {
 // WebAssembly instance), never a client's mistake: those are answers.
 // An Engine is not safe for concurrent use.
 type Engine interface {
-	// Apply decodes a REST body for op and applies it at nowMs.
+	// Step applies one command a host decoded at its edge
+	// (DecodeCommand, DecodeStepCommand) and says what the host must do.
+	Step(c Command) (Ready, error)
+	// Apply decodes a REST body for op and applies it at nowMs (the seam
+	// before Step, kept while hosts move).
 	Apply(op Op, nowMs int64, body []byte) (Result, error)
-	// Step applies one scenario step: a JSON object with atMs, op and the
-	// command's own fields.
-	Step(step []byte) (Result, error)
+	// StepJSON applies one scenario step: a JSON object with atMs, op and
+	// the command's own fields (the seam before Step, kept while hosts
+	// move).
+	StepJSON(step []byte) (Result, error)
 	// NextAlarm is the time the host should send a tick, if any.
 	NextAlarm() (ms int64, ok bool, err error)
 	// Snapshot is the state as canonical JSON; Factory.Restore takes it back.

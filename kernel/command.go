@@ -461,3 +461,23 @@ func (r Rules) shared(resource string) bool {
 	}
 	return false
 }
+
+// DecodeCommand is DecodeRequest for a host's edge: a body that does not
+// decode gives a Command whose Invalid says why, which Step answers
+// invalid_request, so that every answer comes from the kernel's Step.
+func DecodeCommand(op Op, nowMs int64, body []byte) Command {
+	c, err := DecodeRequest(op, nowMs, body)
+	if err != nil {
+		return Command{Op: op, NowMs: nowMs, Invalid: err.Error()}
+	}
+	return c
+}
+
+// DecodeStepCommand is DecodeStep for a host's edge, the same way.
+func DecodeStepCommand(step []byte) Command {
+	c, err := DecodeStep(step)
+	if err != nil {
+		return Command{Invalid: err.Error()}
+	}
+	return c
+}

@@ -90,7 +90,11 @@ func (m *Machine) event(typ string, at int64, a *agent, l *lease, trust2 int64) 
 		b = jsontext.AppendHalves(b, trust2)
 	}
 	m.events = append(b, '}')
-	m.marks = append(m.marks, eventMark{typ: typ, at: at, start: start, end: len(m.events)})
+	mk := eventMark{typ: typ, at: at, start: start, end: len(m.events), actor: a.did}
+	if l != nil {
+		mk.resource, mk.leaseID, mk.fence = l.res.name, l.id, l.fence
+	}
+	m.marks = append(m.marks, mk)
 }
 
 // AppendEvents appends events as the JSON array that transcripts show and
@@ -437,7 +441,10 @@ func appendWaiterState(b []byte, w *waiter) []byte {
 // exactly as the original would. It holds what is live (resources with a
 // lease or a waiter), the trust table, the suspended agents and the fence
 // counter, so it grows with what is live, not with what was ever seen.
+//
+// Taking it starts the count of Ready.SnapshotDue again.
 func (m *Machine) Snapshot() []byte {
+	m.sinceSnap = 0
 	b := append(make([]byte, 0, 1024), `{"v":`...)
 	b = jsontext.AppendInt(b, snapshotVersion)
 	b = append(b, `,"rules":`...)

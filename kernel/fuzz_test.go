@@ -58,7 +58,7 @@ func FuzzKernel(f *testing.F) {
 		checkSteps(t, rules, steps)
 		m := kernel.New(rules)
 		for _, s := range steps {
-			m.Step(s)
+			m.StepJSON(s)
 		}
 		snap := m.Snapshot()
 		m2, err := kernel.Restore(snap)

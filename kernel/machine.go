@@ -29,7 +29,11 @@ type Machine struct {
 	nwaiters  int
 	timers    timerHeap
 	deadlocks []deadlockPair
-	changed   bool
+	changed   bool        // durable state changed during the command being applied
+	clock     bool        // the command moved the clock
+	pruned    bool        // the command dropped deadlock pairs (a function of the clock)
+	logged    bool        // the last command changed durable state (Ready.Log)
+	sinceSnap int         // logged commands since the last Snapshot
 	events    []byte      // the events of the command being applied, one after another
 	marks     []eventMark // where each of them is in events
 	ans       []byte      // scratch for the answer of the command being applied
@@ -96,9 +100,11 @@ func (a *agent) idle() bool {
 // eventMark is an event of the command being applied: its type, its time
 // and its bytes in Machine.events.
 type eventMark struct {
-	typ        string
-	at         int64
-	start, end int
+	typ                      string
+	at                       int64
+	start, end               int
+	actor, resource, leaseID string
+	fence                    int64
 }
 
 type deadlockPair struct {
@@ -179,13 +185,44 @@ func (m *Machine) ApplyJSON(op Op, nowMs int64, body []byte) Result {
 	return m.apply(c)
 }
 
-// Step decodes and applies one scenario step.
-func (m *Machine) Step(step []byte) Result {
+// StepJSON decodes and applies one scenario step.
+func (m *Machine) StepJSON(step []byte) Result {
 	c, err := DecodeStep(step)
 	if err != nil {
 		return invalidResult(err.Error())
 	}
 	return m.apply(c)
+}
+
+// Step applies one command that a host decoded at its edge and returns
+// what the host must do (Ready). A command whose Invalid is set, or that
+// does not validate, is answered invalid_request and changes nothing.
+func (m *Machine) Step(c Command) Ready {
+	var r Result
+	m.logged = false
+	switch {
+	case c.Invalid != "":
+		r = invalidResult(c.Invalid)
+	default:
+		if err := c.Validate(); err != nil {
+			r = invalidResult(err.Error())
+		} else {
+			r = m.apply(c)
+		}
+	}
+	return m.ready(r)
+}
+
+// ready is the Ready of the command that gave r.
+func (m *Machine) ready(r Result) Ready {
+	rd := Ready{Status: r.Status, RetryAfterSec: r.RetryAfterSec, Answer: r.Answer, Events: r.Events,
+		Log: m.logged, Changed: r.Changed}
+	rd.NextAlarm, rd.AlarmOK = m.NextAlarm()
+	if m.logged {
+		m.sinceSnap++
+	}
+	rd.SnapshotDue = m.sinceSnap >= SnapshotEvery
+	return rd
 }
 
 // Apply validates and applies one command. Invalid input is answered
@@ -199,11 +236,11 @@ func (m *Machine) Apply(c Command) Result {
 
 // apply applies a command that has been validated.
 func (m *Machine) apply(c Command) Result {
-	m.changed = false
+	m.changed, m.clock, m.pruned = false, false, false
 	m.events, m.marks = m.events[:0], m.marks[:0]
 	if c.NowMs > m.now {
 		m.now = c.NowMs
-		m.changed = true
+		m.clock = true
 	}
 	m.lapse()
 	m.forgetIdle() // what lapsed may leave idle, before the command reads the state
@@ -235,10 +272,15 @@ func (m *Machine) apply(c Command) Result {
 	if len(m.marks) > 0 {
 		r.Events = make([]Event, len(m.marks))
 		for i, mk := range m.marks {
-			r.Events[i] = Event{Type: mk.typ, AtMs: mk.at, JSON: out[la+mk.start : la+mk.end : la+mk.end]}
+			r.Events[i] = Event{Type: mk.typ, AtMs: mk.at, JSON: out[la+mk.start : la+mk.end : la+mk.end],
+				ActorDid: mk.actor, Resource: mk.resource, LeaseID: mk.leaseID, Fence: mk.fence}
 		}
 	}
-	r.Changed = m.changed
+	r.Changed = m.changed || m.clock || m.pruned
+	// What a replay needs: a change of state, or the clock of a command
+	// that is logged anyway (a wait or a tick that only moved the clock
+	// is not: the next logged command carries a later time).
+	m.logged = m.changed || (m.clock && c.Op != OpWait && c.Op != OpTick)
 	return r
 }
 
@@ -297,7 +339,7 @@ func (m *Machine) lapse() {
 		}
 	}
 	if len(keep) != len(m.deadlocks) {
-		m.changed = true
+		m.pruned = true
 	}
 	for i := len(keep); i < len(m.deadlocks); i++ {
 		m.deadlocks[i] = deadlockPair{}

@@ -30,7 +30,9 @@ func (e nativeEngine) Apply(op Op, nowMs int64, body []byte) (Result, error) {
 	return e.m.ApplyJSON(op, nowMs, body), nil
 }
 
-func (e nativeEngine) Step(step []byte) (Result, error) { return e.m.Step(step), nil }
+func (e nativeEngine) StepJSON(step []byte) (Result, error) { return e.m.StepJSON(step), nil }
+
+func (e nativeEngine) Step(c Command) (Ready, error) { return e.m.Step(c), nil }
 
 func (e nativeEngine) NextAlarm() (int64, bool, error) {
 	at, ok := e.m.NextAlarm()

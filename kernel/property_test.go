@@ -393,7 +393,7 @@ func checkSteps(t *testing.T, rules kernel.Rules, steps [][]byte) {
 		beforeBytes := m.Snapshot()
 		before := viewOf(t, m)
 		cmd, decErr := kernel.DecodeStep(raw)
-		res := m.Step(raw)
+		res := m.StepJSON(raw)
 		events := kernel.AppendEvents(nil, res.Events)
 		if !json.Valid(res.Answer) || !json.Valid(events) {
 			t.Fatalf("step %d: invalid JSON out: %s %s", i, res.Answer, events)

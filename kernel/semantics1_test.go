@@ -50,7 +50,7 @@ func TestSemantics1ReplaysLikeRelease010(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, st := range s.Steps {
-			r := m.Step(st)
+			r := m.StepJSON(st)
 			if op := old.Steps[i].Op; op != "acquire" && op != "release" {
 				continue
 			}
@@ -74,7 +74,7 @@ func TestSemantics1ReplaysLikeRelease010(t *testing.T) {
 
 func TestSetSemantics(t *testing.T) {
 	m := kernel.New(kernel.Rules{})
-	m.Step([]byte(`{"atMs":1,"op":"acquire","resource":"r","actorDid":"did:x:a"}`))
+	m.StepJSON([]byte(`{"atMs":1,"op":"acquire","resource":"r","actorDid":"did:x:a"}`))
 	if err := m.SetSemantics(1); err == nil {
 		t.Error("semantics 1 accepted on a machine that granted under semantics 2")
 	}

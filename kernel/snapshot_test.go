@@ -22,13 +22,13 @@ func TestSnapshotRestoreContinue(t *testing.T) {
 		whole := kernel.New(rules)
 		var want [][]byte
 		for _, st := range s.Steps {
-			r := whole.Step(st)
+			r := whole.StepJSON(st)
 			want = append(want, kernel.AppendEvents(r.Answer, r.Events))
 		}
 		for cut := 0; cut <= len(s.Steps); cut += 1 + cut/4 {
 			m := kernel.New(rules)
 			for _, st := range s.Steps[:cut] {
-				m.Step(st)
+				m.StepJSON(st)
 			}
 			snap := m.Snapshot()
 			m2, err := kernel.Restore(snap)
@@ -45,7 +45,7 @@ func TestSnapshotRestoreContinue(t *testing.T) {
 				}
 			}
 			for i, st := range s.Steps[cut:] {
-				r := m2.Step(st)
+				r := m2.StepJSON(st)
 				if got := kernel.AppendEvents(r.Answer, r.Events); !bytes.Equal(got, want[cut+i]) {
 					t.Fatalf("seed %d cut %d step %d: restored machine answered\n%s\nuninterrupted\n%s", seed, cut, cut+i, got, want[cut+i])
 				}
@@ -59,7 +59,7 @@ func TestSnapshotRestoreContinue(t *testing.T) {
 
 func TestRestoreRefusesBrokenSnapshots(t *testing.T) {
 	m := kernel.New(kernel.Rules{})
-	m.Step([]byte(`{"atMs":1,"op":"acquire","resource":"r","actorDid":"did:x:a"}`))
+	m.StepJSON([]byte(`{"atMs":1,"op":"acquire","resource":"r","actorDid":"did:x:a"}`))
 	good := string(m.Snapshot())
 	cases := map[string]string{
 		"not json":       `{`,

@@ -238,7 +238,7 @@ func results(rules string, steps []json.RawMessage) ([]kernel.Result, error) {
 	defer e.Close()
 	out := make([]kernel.Result, len(steps))
 	for i, s := range steps {
-		if out[i], err = e.Step(s); err != nil {
+		if out[i], err = e.StepJSON(s); err != nil {
 			return nil, err
 		}
 	}

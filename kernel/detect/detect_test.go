@@ -178,7 +178,7 @@ func events(t *testing.T, scen []byte) ([]detect.Entry, detect.Options) {
 	m := kernel.New(rules)
 	var out []detect.Entry
 	for _, step := range s.Steps {
-		res := m.Step(step)
+		res := m.StepJSON(step)
 		for _, ev := range res.Events {
 			out = append(out, detect.Entry{Index: int64(len(out)), Data: bytes.Clone(ev.JSON)})
 		}

@@ -33,6 +33,9 @@ type Scenario struct {
 	// Title and Description are for people (the playground's menu).
 	Title       string
 	Description string
+	// Semantics is the semantics the steps run under (1 to
+	// kernel.Semantics); 0 when the scenario names none: the newest.
+	Semantics int
 }
 
 // MaxSteps bounds a scenario's length.
@@ -74,6 +77,12 @@ func Parse(b []byte) (*Scenario, error) {
 				s.Steps = append(s.Steps, step)
 				return nil
 			})
+		case "semantics":
+			n, ok := kernel.IntLiteral(raw)
+			if kind != kernel.KindNumber || !ok || n < 1 || n > kernel.Semantics {
+				return errors.New("semantics must be an integer from 1 to " + strconv.Itoa(kernel.Semantics))
+			}
+			s.Semantics = int(n)
 		case "title", "description":
 			if kind != kernel.KindString {
 				return errors.New(name + " must be a string, not " + kind.String())
@@ -86,7 +95,7 @@ func Parse(b []byte) (*Scenario, error) {
 			}
 			return err
 		default:
-			return errors.New("unknown field " + string(kernel.AppendQuote(nil, name)) + " (a scenario has rules, steps, title and description)")
+			return errors.New("unknown field " + string(kernel.AppendQuote(nil, name)) + " (a scenario has rules, steps, semantics, title and description)")
 		}
 		return nil
 	})
@@ -118,9 +127,14 @@ func Replay(f kernel.Factory, scenarioJSON []byte) ([]byte, error) {
 
 // Run replays s's steps through e and returns the transcript.
 func Run(e kernel.Engine, s *Scenario) ([]byte, error) {
+	if s.Semantics != 0 {
+		if err := e.SetSemantics(s.Semantics); err != nil {
+			return nil, errors.New("scenario: semantics: " + err.Error())
+		}
+	}
 	out := append(make([]byte, 0, 256*len(s.Steps)+64), `{"steps":[`...)
 	for i, step := range s.Steps {
-		res, err := e.Step(step)
+		res, err := e.Step(kernel.DecodeStepCommand(step))
 		if err != nil {
 			return nil, errors.New("scenario: step " + strconv.Itoa(i) + ": engine failed: " + err.Error())
 		}
@@ -142,8 +156,9 @@ func Run(e kernel.Engine, s *Scenario) ([]byte, error) {
 // AppendStep appends one transcript line: the step's atMs and op as
 // written (compacted; null when missing or when the step is not an
 // object; an integer atMs as the kernel reads it, so -0 is 0), its answer
-// and events.
-func AppendStep(out []byte, step []byte, res kernel.Result) []byte {
+// (null for a step that made a held ask, with held its askId), its events,
+// and answers, the held asks that ended during the step, when some did.
+func AppendStep(out []byte, step []byte, res kernel.Ready) []byte {
 	atMs, op := head(step)
 	out = append(out, `{"atMs":`...)
 	if n, ok := kernel.IntLiteral(atMs); ok {
@@ -154,9 +169,31 @@ func AppendStep(out []byte, step []byte, res kernel.Result) []byte {
 	out = append(out, `,"op":`...)
 	out = appendRaw(out, op)
 	out = append(out, `,"answer":`...)
-	out = append(out, res.Answer...)
+	if res.Answer == nil {
+		out = append(out, "null"...)
+	} else {
+		out = append(out, res.Answer...)
+	}
+	if res.AskID != "" {
+		out = append(out, `,"held":`...)
+		out = kernel.AppendQuote(out, res.AskID)
+	}
 	out = append(out, `,"events":`...)
 	out = kernel.AppendEvents(out, res.Events)
+	if len(res.Answers) > 0 {
+		out = append(out, `,"answers":[`...)
+		for i, a := range res.Answers {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `{"askId":`...)
+			out = kernel.AppendQuote(out, a.AskID)
+			out = append(out, `,"answer":`...)
+			out = append(out, a.Answer...)
+			out = append(out, '}')
+		}
+		out = append(out, ']')
+	}
 	return append(out, '}')
 }
 

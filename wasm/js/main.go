@@ -113,7 +113,7 @@ func machineObject(e kernel.Engine) js.Value {
 		if err != nil {
 			return errValue(err.Error())
 		}
-		res, err := e.Step([]byte(s))
+		res, err := e.StepJSON([]byte(s))
 		if err != nil {
 			return errValue("step: " + err.Error())
 		}

@@ -15,9 +15,9 @@ var skewed = kernel.WrapFactory(kernel.Native, "skewed", func(e kernel.Engine) k
 
 type skewedEngine struct{ kernel.Engine }
 
-func (e skewedEngine) Step(step []byte) (kernel.Result, error) {
-	r, err := e.Engine.Step(step)
-	if bytes.Contains(step, []byte(`"op":"wait"`)) {
+func (e skewedEngine) Step(c kernel.Command) (kernel.Ready, error) {
+	r, err := e.Engine.Step(c)
+	if c.Op == kernel.OpWait {
 		r.Answer = append(append([]byte(nil), r.Answer[:len(r.Answer)-1]...), `,"skew":1}`...)
 	}
 	return r, err

@@ -51,9 +51,9 @@
 //
 // whose answer and events regions follow the same lifetime rule.
 //
-// Two further exports give the server's per-command path a cheaper
-// round trip (wasm/wazero uses them; lp_apply and lp_step stay for other
-// hosts, such as the Workers tier's):
+// Two further exports gave the server's per-command path a cheaper
+// round trip before lp_step_command (below), which wasm/wazero now uses;
+// they, lp_apply and lp_step stay while other hosts move:
 //
 //	lp_apply_body(opLen u32, nowMs i64, n u32) u64   as lp_apply, with the
 //	                                                 extended result record
@@ -85,6 +85,42 @@
 // their types back to back, in the record's order. So the host learns the
 // next alarm with each answer (no lp_next_alarm call) and reads the events
 // without parsing JSON.
+//
+// # The step (kernel.Engine.Step)
+//
+// Two exports run kernel.Machine.Step and return its Ready as one fixed
+// record, the seam every host is moving to:
+//
+//	lp_step_command(n u32) u64                  a kernel.Command the host
+//	                                            decoded, laid out as below
+//	lp_step_body(opLen u32, nowMs i64, n u32) u64
+//	                                            op in input[0:opLen], REST
+//	                                            body after it: the guest
+//	                                            decodes it (kernel.DecodeCommand)
+//
+// lp_step_command's input is a 56-byte header, then the strings:
+//
+//	op u8 (0 none, 1 acquire, 2 release, 3 wait, 4 tick, 5 suspend,
+//	6 resume, 7 forget, 8 cancel), flags u8 (bit 0 leaseId present,
+//	bit 1 askId present, bit 2 waitUpToMs present), 2 zero bytes,
+//	limit u32, nowMs i64, waitUpToMs i64, then the byte lengths (u32 each)
+//	of resource, actorDid, mode, leaseId, prefix, after, askId and
+//	invalid (Command.Invalid), then those bytes in that order.
+//
+// The Ready record is one region: a 40-byte header, nEvents event
+// entries of 40 bytes, nAnswers answer entries of 16 bytes, then every
+// byte string they name, back to back in that order:
+//
+//	header: status u32, retryAfterSec u32, flags u32 (bit 0 log, bit 1
+//	the machine has a next alarm, bit 2 a snapshot is due, bit 3
+//	changed, bit 4 no answer: the step made a held ask), nEvents u32,
+//	nAnswers u32, answerLen u32, askIdLen u32, 4 zero bytes,
+//	nextAlarm i64
+//	event: atMs i64, fence i64, then the lengths (u32 each) of its type,
+//	actorDid, resource, leaseId and JSON, and 4 zero bytes
+//	answer: status u32, retryAfterSec u32, askIdLen u32, answerLen u32
+//	bytes: the answer, the askId; per event its type, actorDid,
+//	resource, leaseId and JSON; per answer its askId and answer
 //
 // Calls before lp_new or lp_restore answer the error "no machine"; lp_new
 // and lp_restore replace any machine the instance held, and lp_reset drops
@@ -203,7 +239,7 @@ func step(n uint32) uint64 {
 	if !ok {
 		return fail("lp_step: length beyond the input buffer")
 	}
-	return result(machine.Step(b))
+	return result(machine.StepJSON(b))
 }
 
 //go:wasmexport lp_apply
@@ -344,6 +380,123 @@ func applyCommand(n uint32) uint64 {
 	return extended(machine.Apply(c))
 }
 
+// stepOps are the op codes of lp_step_command, from 1.
+var stepOps = [...]kernel.Op{kernel.OpAcquire, kernel.OpRelease, kernel.OpWait, kernel.OpTick,
+	kernel.OpSuspend, kernel.OpResume, kernel.OpForget, "cancel"}
+
+// readyRec is the Ready record of the last lp_step_command or lp_step_body.
+var readyRec []byte
+
+const readyHeader, readyEvent, readyAnswer = 40, 40, 16
+
+//go:wasmexport lp_step_command
+func stepCommand(n uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	b, ok := in(n)
+	if !ok || len(b) < 56 {
+		return fail("lp_step_command: a command needs 56 bytes within the input buffer")
+	}
+	le := binary.LittleEndian
+	var c kernel.Command
+	if code := int(b[0]); code > len(stepOps) {
+		return fail("lp_step_command: unknown op code")
+	} else if code > 0 {
+		c.Op = stepOps[code-1]
+	}
+	c.HasLeaseID, c.HasAskID, c.HasWaitUpTo = b[1]&1 != 0, b[1]&2 != 0, b[1]&4 != 0
+	c.Limit = int(le.Uint32(b[4:]))
+	c.NowMs = int64(le.Uint64(b[8:]))
+	c.WaitUpToMs = int64(le.Uint64(b[16:]))
+	rest := b[56:]
+	for i, f := range [...]*string{&c.Resource, &c.ActorDid, &c.Mode, &c.LeaseID, &c.Prefix, &c.After, &c.AskID, &c.Invalid} {
+		l := le.Uint32(b[24+4*i:])
+		if uint64(l) > uint64(len(rest)) {
+			return fail("lp_step_command: field lengths beyond the command")
+		}
+		if l > 0 {
+			*f = string(rest[:l])
+		}
+		rest = rest[l:]
+	}
+	return readyRecord(machine.Step(c))
+}
+
+//go:wasmexport lp_step_body
+func stepBody(opLen uint32, nowMs int64, n uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	if uint64(opLen)+uint64(n) > uint64(len(input)) {
+		return fail("lp_step_body: lengths beyond the input buffer")
+	}
+	op := kernel.Op(input[:opLen])
+	return readyRecord(machine.Step(kernel.DecodeCommand(op, nowMs, input[opLen:opLen+n])))
+}
+
+// readyRecord lays r out as the Ready record (package doc).
+func readyRecord(r kernel.Ready) uint64 {
+	collect()
+	size := readyHeader + readyEvent*len(r.Events) + readyAnswer*len(r.Answers) + len(r.Answer) + len(r.AskID)
+	for _, e := range r.Events {
+		size += len(e.Type) + len(e.ActorDid) + len(e.Resource) + len(e.LeaseID) + len(e.JSON)
+	}
+	for _, a := range r.Answers {
+		size += len(a.AskID) + len(a.Answer)
+	}
+	if cap(readyRec) < size {
+		readyRec = make([]byte, size, max(size, 1024))
+	}
+	b := readyRec[:size]
+	le := binary.LittleEndian
+	flags := uint32(0)
+	for i, f := range [...]bool{r.Log, r.AlarmOK, r.SnapshotDue, r.Changed, r.Answer == nil} {
+		if f {
+			flags |= 1 << i
+		}
+	}
+	le.PutUint32(b[0:], uint32(r.Status))
+	le.PutUint32(b[4:], uint32(r.RetryAfterSec))
+	le.PutUint32(b[8:], flags)
+	le.PutUint32(b[12:], uint32(len(r.Events)))
+	le.PutUint32(b[16:], uint32(len(r.Answers)))
+	le.PutUint32(b[20:], uint32(len(r.Answer)))
+	le.PutUint32(b[24:], uint32(len(r.AskID)))
+	le.PutUint32(b[28:], 0)
+	le.PutUint64(b[32:], uint64(r.NextAlarm))
+	at := readyHeader
+	for _, e := range r.Events {
+		le.PutUint64(b[at:], uint64(e.AtMs))
+		le.PutUint64(b[at+8:], uint64(e.Fence))
+		for i, n := range [...]int{len(e.Type), len(e.ActorDid), len(e.Resource), len(e.LeaseID), len(e.JSON), 0} {
+			le.PutUint32(b[at+16+4*i:], uint32(n))
+		}
+		at += readyEvent
+	}
+	for _, a := range r.Answers {
+		le.PutUint32(b[at:], uint32(a.Status))
+		le.PutUint32(b[at+4:], uint32(a.RetryAfterSec))
+		le.PutUint32(b[at+8:], uint32(len(a.AskID)))
+		le.PutUint32(b[at+12:], uint32(len(a.Answer)))
+		at += readyAnswer
+	}
+	at += copy(b[at:], r.Answer)
+	at += copy(b[at:], r.AskID)
+	for _, e := range r.Events {
+		at += copy(b[at:], e.Type)
+		at += copy(b[at:], e.ActorDid)
+		at += copy(b[at:], e.Resource)
+		at += copy(b[at:], e.LeaseID)
+		at += copy(b[at:], e.JSON)
+	}
+	for _, a := range r.Answers {
+		at += copy(b[at:], a.AskID)
+		at += copy(b[at:], a.Answer)
+	}
+	return region(b)
+}
+
 //go:wasmexport lp_next_alarm
 func nextAlarm() uint64 {
 	if machine == nil {
@@ -414,5 +567,5 @@ func version() uint64 {
 
 //go:wasmexport lp_reset
 func reset() {
-	machine, out, last, events, ext = nil, nil, kernel.Result{}, nil, nil
+	machine, out, last, events, ext, readyRec = nil, nil, kernel.Result{}, nil, nil, nil
 }

@@ -78,7 +78,7 @@ func BenchmarkRestore(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, step := range s.Steps {
-		e.Step(step)
+		e.StepJSON(step)
 	}
 	snap, _ := e.Snapshot()
 	b.Logf("snapshot of %d bytes", len(snap))

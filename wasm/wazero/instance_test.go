@@ -85,7 +85,7 @@ func TestPoolReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Step([]byte(`{"atMs":1,"op":"acquire","resource":"lock:a","actorDid":"did:web:acme.example:agent:a"}`)); err != nil {
+	if _, err := a.StepJSON([]byte(`{"atMs":1,"op":"acquire","resource":"lock:a","actorDid":"did:web:acme.example:agent:a"}`)); err != nil {
 		t.Fatal(err)
 	}
 	first := a.(*Engine).in
@@ -138,7 +138,7 @@ func TestClosedFactory(t *testing.T) {
 	if err := f.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Step([]byte(`{"atMs":1,"op":"tick"}`)); err == nil {
+	if _, err := e.StepJSON([]byte(`{"atMs":1,"op":"tick"}`)); err == nil {
 		t.Fatal("Step on an engine of a closed factory: no error")
 	}
 	if _, err := e.Snapshot(); err == nil {

@@ -11,9 +11,11 @@
 //
 // Each Engine owns one module instance holding one kernel Machine from New
 // or Restore until Close: the state stays in the instance, so a command
-// crosses the boundary as a few bytes (Apply: the command the host decoded
-// with the kernel's own decoder; Step: the scenario step's JSON) and comes
-// back as the answer and events bytes, with no reflection on either side.
+// crosses the boundary as a few bytes (Step: the command the host decoded
+// at its edge with the kernel's own decoder; Apply and StepJSON decode
+// here, then Step) and comes back as one Ready record (answer, typed
+// events, asks answered, what to log, the next alarm), with no reflection
+// on either side.
 // An instance is never used by two Engines at once, and each Engine
 // guards its instance with a mutex: wazero instances are not safe for
 // concurrent use, so an Engine shared by mistake serialises instead of
@@ -235,8 +237,8 @@ type instance struct {
 	mem    api.Memory
 	broken error
 
-	fABI, fBuffer, fNew, fRestore, fStep, fApply, fAlarm, fSnapshot, fTrust, fStats, fSetSem, fReset api.Function
-	fApplyBody, fApplyCommand                                                                        api.Function
+	fABI, fBuffer, fNew, fRestore, fAlarm, fSnapshot, fTrust, fStats, fSetSem, fReset api.Function
+	fStepCommand                                                                      api.Function
 
 	inPtr, inCap uint32
 	stack        [3]uint64
@@ -253,9 +255,9 @@ func (f *Factory) instantiate(ctx context.Context) (*instance, error) {
 		name string
 	}{
 		{&in.fABI, "lp_abi_version"}, {&in.fBuffer, "lp_buffer"}, {&in.fNew, "lp_new"},
-		{&in.fRestore, "lp_restore"}, {&in.fStep, "lp_step"}, {&in.fApply, "lp_apply"},
+		{&in.fRestore, "lp_restore"},
 		{&in.fAlarm, "lp_next_alarm"}, {&in.fSnapshot, "lp_snapshot"}, {&in.fTrust, "lp_trust"}, {&in.fStats, "lp_stats"}, {&in.fSetSem, "lp_set_semantics"},
-		{&in.fReset, "lp_reset"}, {&in.fApplyBody, "lp_apply_body"}, {&in.fApplyCommand, "lp_apply_command"},
+		{&in.fReset, "lp_reset"}, {&in.fStepCommand, "lp_step_command"},
 	} {
 		if *x.fn = mod.ExportedFunction(x.name); *x.fn == nil {
 			mod.Close(ctx)
@@ -346,102 +348,6 @@ func (in *instance) output(r uint64) ([]byte, error) {
 	return b, nil
 }
 
-// result decodes a 28-byte result record.
-func (in *instance) result(r uint64) (kernel.Result, error) {
-	if r&errFlag != 0 {
-		_, err := in.output(r)
-		return kernel.Result{}, err
-	}
-	rec, ok := in.view(r)
-	if !ok || len(rec) != 28 {
-		return kernel.Result{}, in.fault("malformed result record")
-	}
-	res := kernel.Result{
-		Status:        int(binary.LittleEndian.Uint32(rec[0:])),
-		RetryAfterSec: int(binary.LittleEndian.Uint32(rec[4:])),
-		Changed:       binary.LittleEndian.Uint32(rec[8:]) != 0,
-	}
-	aPtr, aLen := binary.LittleEndian.Uint32(rec[12:]), binary.LittleEndian.Uint32(rec[16:])
-	ePtr, eLen := binary.LittleEndian.Uint32(rec[20:]), binary.LittleEndian.Uint32(rec[24:])
-	a, ok1 := in.mem.Read(aPtr, aLen)
-	ev, ok2 := in.mem.Read(ePtr, eLen)
-	if !ok1 || !ok2 {
-		return kernel.Result{}, in.fault("result bytes out of range")
-	}
-	buf := make([]byte, len(a)+len(ev))
-	copy(buf, a)
-	copy(buf[len(a):], ev)
-	res.Answer = buf[:len(a):len(a)]
-	events, err := kernel.ParseEvents(buf[len(a):])
-	if err != nil {
-		return kernel.Result{}, in.fault("malformed events: " + err.Error())
-	}
-	res.Events = events
-	return res, nil
-}
-
-// extendedHeader is the fixed part of the extended result record, and
-// eventEntry each event's part after it (wasm/wasip1).
-const extendedHeader, eventEntry = 40, 16
-
-// extended decodes an extended result record: the result, and the
-// machine's next alarm after it.
-func (in *instance) extended(r uint64) (res kernel.Result, alarm int64, alarmOK bool, err error) {
-	if r&errFlag != 0 {
-		_, err := in.output(r)
-		return kernel.Result{}, 0, false, err
-	}
-	rec, ok := in.view(r)
-	if !ok || len(rec) < extendedHeader {
-		return kernel.Result{}, 0, false, in.fault("malformed result record")
-	}
-	le := binary.LittleEndian
-	flags := le.Uint32(rec[8:])
-	n := le.Uint32(rec[28:])
-	if uint64(len(rec)) != extendedHeader+eventEntry*uint64(n) {
-		return kernel.Result{}, 0, false, in.fault("malformed result record")
-	}
-	res = kernel.Result{
-		Status:        int(le.Uint32(rec[0:])),
-		RetryAfterSec: int(le.Uint32(rec[4:])),
-		Changed:       flags&1 != 0,
-	}
-	alarm, alarmOK = int64(le.Uint64(rec[32:])), flags&2 != 0
-	a, ok1 := in.mem.Read(le.Uint32(rec[12:]), le.Uint32(rec[16:]))
-	ev, ok2 := in.mem.Read(le.Uint32(rec[20:]), le.Uint32(rec[24:]))
-	if !ok1 || !ok2 {
-		return kernel.Result{}, 0, false, in.fault("result bytes out of range")
-	}
-	// Answer and events' JSON share one allocation, as natively.
-	buf := make([]byte, len(a)+len(ev))
-	copy(buf, a)
-	copy(buf[len(a):], ev)
-	res.Answer = buf[:len(a):len(a)]
-	if n == 0 {
-		return res, alarm, alarmOK, nil
-	}
-	ev = buf[len(a):]
-	res.Events = make([]kernel.Event, n)
-	var jsonLen uint64
-	for i := range res.Events {
-		jsonLen += uint64(le.Uint32(rec[extendedHeader+eventEntry*i+8:]))
-	}
-	if jsonLen > uint64(len(ev)) {
-		return kernel.Result{}, 0, false, in.fault("malformed events")
-	}
-	js, types := ev[:jsonLen], ev[jsonLen:]
-	for i := range res.Events {
-		ent := rec[extendedHeader+eventEntry*i:]
-		jl, tl := le.Uint32(ent[8:]), le.Uint32(ent[12:])
-		if uint64(tl) > uint64(len(types)) {
-			return kernel.Result{}, 0, false, in.fault("malformed events")
-		}
-		res.Events[i] = kernel.Event{Type: eventType(types[:tl]), AtMs: int64(le.Uint64(ent)), JSON: js[:jl:jl]}
-		js, types = js[jl:], types[tl:]
-	}
-	return res, alarm, alarmOK, nil
-}
-
 // eventType is b as a string, without allocating for the kernel's own
 // event types.
 func eventType(b []byte) string {
@@ -492,60 +398,72 @@ func (e *Engine) lock() (*instance, error) {
 	return e.in, nil
 }
 
-// Apply decodes a REST body for op and applies it at nowMs.
-//
-// The body is decoded here, natively, by the kernel's own decoder
-// (kernel.DecodeRequest, the code the guest would run), and the command
-// crosses as a few fixed fields and its strings (lp_apply_command): JSON
-// decoding is the part of a command that Go's WebAssembly runs slowest. A
-// body that does not decode goes to the guest as it came (lp_apply_body),
-// so the answer to a bad request is still the guest's own. The guest
-// validates the command again before it applies it.
+// Apply decodes a REST body for op and applies it at nowMs: Step with the
+// command kernel.DecodeCommand makes of it, as a Result.
 func (e *Engine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Result, error) {
-	in, err := e.lock()
+	return e.result(e.Step(kernel.DecodeCommand(op, nowMs, body)))
+}
+
+// result is a Step's Ready as the Result of Apply and StepJSON.
+func (e *Engine) result(r kernel.Ready, err error) (kernel.Result, error) {
 	if err != nil {
 		return kernel.Result{}, err
+	}
+	answer := r.Answer
+	if answer == nil {
+		answer = []byte("null")
+	}
+	return kernel.Result{Status: r.Status, RetryAfterSec: r.RetryAfterSec, Answer: answer, Events: r.Events, Changed: r.Changed}, nil
+}
+
+// Step applies a command the host decoded at its edge and returns what
+// the host must do.
+//
+// The command crosses as a few fixed fields and its strings
+// (lp_step_command): JSON decoding is the part of a command that Go's
+// WebAssembly runs slowest, so the host decodes it natively with the
+// kernel's own decoder, the code the guest would run. A command that did
+// not decode crosses with its Invalid message, so the answer to a bad
+// request is still the guest's own. The guest validates the command again
+// before it applies it. The Ready comes back as one record (wasm/wasip1),
+// copied into one allocation.
+func (e *Engine) Step(c kernel.Command) (kernel.Ready, error) {
+	in, err := e.lock()
+	if err != nil {
+		return kernel.Ready{}, err
 	}
 	defer e.mu.Unlock()
 	e.alarmKnown = false
-	var r uint64
-	if c, derr := kernel.DecodeRequest(op, nowMs, body); derr == nil && opCode(c.Op) != 0 {
-		n := commandHeader + len(c.Resource) + len(c.ActorDid) + len(c.Mode) + len(c.LeaseID) + len(c.Prefix) + len(c.After)
-		if err := in.reserve(n); err != nil {
-			return kernel.Result{}, err
-		}
-		buf, ok := in.mem.Read(in.inPtr, uint32(n))
-		if !ok {
-			return kernel.Result{}, in.fault("input buffer out of range")
-		}
-		putCommand(buf, c)
-		r, err = in.call1(in.fApplyCommand, uint64(n))
-	} else {
-		if err := in.reserve(len(op) + len(body)); err != nil {
-			return kernel.Result{}, err
-		}
-		if !in.mem.WriteString(in.inPtr, string(op)) || !in.mem.Write(in.inPtr+uint32(len(op)), body) {
-			return kernel.Result{}, in.fault("input buffer out of range")
-		}
-		in.stack[1] = uint64(nowMs)
-		in.stack[2] = uint64(len(body))
-		r, err = in.call1(in.fApplyBody, uint64(len(op)))
+	code := opCode(c.Op)
+	if code == 0 && c.Op != "" && c.Invalid == "" {
+		c.Invalid = "op must be one of acquire, release, wait, tick, suspend, resume, forget, cancel"
 	}
+	n := commandHeader + len(c.Resource) + len(c.ActorDid) + len(c.Mode) + len(c.LeaseID) + len(c.Prefix) + len(c.After) +
+		len(c.AskID) + len(c.Invalid)
+	if err := in.reserve(n); err != nil {
+		return kernel.Ready{}, err
+	}
+	buf, ok := in.mem.Read(in.inPtr, uint32(n))
+	if !ok {
+		return kernel.Ready{}, in.fault("input buffer out of range")
+	}
+	putCommand(buf, c)
+	r, err := in.call1(in.fStepCommand, uint64(n))
 	if err != nil {
-		return kernel.Result{}, err
+		return kernel.Ready{}, err
 	}
-	res, at, ok, err := in.extended(r)
+	rd, err := in.ready(r)
 	if err != nil {
-		return kernel.Result{}, err
+		return kernel.Ready{}, err
 	}
-	e.alarm, e.alarmOK, e.alarmKnown = at, ok, true
-	return res, nil
+	e.alarm, e.alarmOK, e.alarmKnown = rd.NextAlarm, rd.AlarmOK, true
+	return rd, nil
 }
 
-// commandHeader is the fixed part of lp_apply_command's input.
-const commandHeader = 40
+// commandHeader is the fixed part of lp_step_command's input.
+const commandHeader = 56
 
-// opCode is op's code in lp_apply_command; 0 for none.
+// opCode is op's code in lp_step_command; 0 for none.
 func opCode(op kernel.Op) byte {
 	switch op {
 	case kernel.OpAcquire:
@@ -562,43 +480,115 @@ func opCode(op kernel.Op) byte {
 		return 6
 	case kernel.OpForget:
 		return 7
+	case "cancel":
+		return 8
 	}
 	return 0
 }
 
-// putCommand lays c out in buf as lp_apply_command reads it (wasm/wasip1).
+// putCommand lays c out in buf as lp_step_command reads it (wasm/wasip1).
 func putCommand(buf []byte, c kernel.Command) {
+	le := binary.LittleEndian
 	buf[0] = opCode(c.Op)
 	buf[1] = 0
-	if c.HasLeaseID {
-		buf[1] = 1
+	for i, f := range [...]bool{c.HasLeaseID, c.HasAskID, c.HasWaitUpTo} {
+		if f {
+			buf[1] |= 1 << i
+		}
 	}
 	buf[2], buf[3] = 0, 0
-	binary.LittleEndian.PutUint32(buf[4:], uint32(c.Limit))
-	binary.LittleEndian.PutUint64(buf[8:], uint64(c.NowMs))
+	le.PutUint32(buf[4:], uint32(c.Limit))
+	le.PutUint64(buf[8:], uint64(c.NowMs))
+	le.PutUint64(buf[16:], uint64(c.WaitUpToMs))
 	at := commandHeader
-	for i, f := range [...]string{c.Resource, c.ActorDid, c.Mode, c.LeaseID, c.Prefix, c.After} {
-		binary.LittleEndian.PutUint32(buf[16+4*i:], uint32(len(f)))
+	for i, f := range [...]string{c.Resource, c.ActorDid, c.Mode, c.LeaseID, c.Prefix, c.After, c.AskID, c.Invalid} {
+		le.PutUint32(buf[24+4*i:], uint32(len(f)))
 		at += copy(buf[at:], f)
 	}
 }
 
-// Step applies one scenario step.
-func (e *Engine) Step(step []byte) (kernel.Result, error) {
-	in, err := e.lock()
-	if err != nil {
-		return kernel.Result{}, err
+// The Ready record's parts (wasm/wasip1).
+const readyHeader, readyEvent, readyAnswer = 40, 40, 16
+
+// ready decodes a Ready record into one allocation: the answers' and
+// events' bytes alias it, their strings are copied.
+func (in *instance) ready(r uint64) (kernel.Ready, error) {
+	if r&errFlag != 0 {
+		_, err := in.output(r)
+		return kernel.Ready{}, err
 	}
-	defer e.mu.Unlock()
-	e.alarmKnown = false
-	if err := in.write(step); err != nil {
-		return kernel.Result{}, err
+	rec, ok := in.view(r)
+	if !ok || len(rec) < readyHeader {
+		return kernel.Ready{}, in.fault("malformed ready record")
 	}
-	r, err := in.call1(in.fStep, uint64(len(step)))
-	if err != nil {
-		return kernel.Result{}, err
+	le := binary.LittleEndian
+	flags := le.Uint32(rec[8:])
+	nev, nans := uint64(le.Uint32(rec[12:])), uint64(le.Uint32(rec[16:]))
+	fixed := readyHeader + readyEvent*nev + readyAnswer*nans
+	if fixed > uint64(len(rec)) {
+		return kernel.Ready{}, in.fault("malformed ready record")
 	}
-	return in.result(r)
+	rd := kernel.Ready{
+		Status:        int(le.Uint32(rec[0:])),
+		RetryAfterSec: int(le.Uint32(rec[4:])),
+		Log:           flags&1 != 0,
+		AlarmOK:       flags&2 != 0,
+		SnapshotDue:   flags&4 != 0,
+		Changed:       flags&8 != 0,
+		NextAlarm:     int64(le.Uint64(rec[32:])),
+	}
+	data := append([]byte(nil), rec[fixed:]...)
+	bad := false
+	take := func(n uint32) []byte {
+		if uint64(n) > uint64(len(data)) {
+			bad = true
+			return nil
+		}
+		b := data[:n:n]
+		data = data[n:]
+		return b
+	}
+	answer := take(le.Uint32(rec[20:]))
+	if flags&16 == 0 {
+		rd.Answer = answer
+		if rd.Answer == nil {
+			rd.Answer = []byte{}
+		}
+	}
+	rd.AskID = string(take(le.Uint32(rec[24:])))
+	if nev > 0 {
+		rd.Events = make([]kernel.Event, nev)
+	}
+	for i := range rd.Events {
+		ent := rec[readyHeader+readyEvent*i:]
+		ev := &rd.Events[i]
+		ev.AtMs, ev.Fence = int64(le.Uint64(ent)), int64(le.Uint64(ent[8:]))
+		ev.Type = eventType(take(le.Uint32(ent[16:])))
+		ev.ActorDid = string(take(le.Uint32(ent[20:])))
+		ev.Resource = string(take(le.Uint32(ent[24:])))
+		ev.LeaseID = string(take(le.Uint32(ent[28:])))
+		ev.JSON = take(le.Uint32(ent[32:]))
+	}
+	if nans > 0 {
+		rd.Answers = make([]kernel.AskAnswer, nans)
+	}
+	for i := range rd.Answers {
+		ent := rec[readyHeader+readyEvent*nev+readyAnswer*uint64(i):]
+		a := &rd.Answers[i]
+		a.Status, a.RetryAfterSec = int(le.Uint32(ent)), int(le.Uint32(ent[4:]))
+		a.AskID = string(take(le.Uint32(ent[8:])))
+		a.Answer = take(le.Uint32(ent[12:]))
+	}
+	if bad || len(data) != 0 {
+		return kernel.Ready{}, in.fault("malformed ready record")
+	}
+	return rd, nil
+}
+
+// StepJSON applies one scenario step (the seam before Step): Step with
+// the command kernel.DecodeStepCommand makes of it, as a Result.
+func (e *Engine) StepJSON(step []byte) (kernel.Result, error) {
+	return e.result(e.Step(kernel.DecodeStepCommand(step)))
 }
 
 // NextAlarm is the time the host should send a tick, if any.

@@ -186,9 +186,21 @@ func TestApplyRandomLikeNative(t *testing.T) {
 		for i, step := range s.Steps {
 			what := "seed " + strconv.FormatInt(seed, 10) + " step " + strconv.Itoa(i) + " " + string(step)
 			var nr, wr kernel.Result
+			if i%3 == 1 {
+				c := kernel.DecodeStepCommand(step)
+				nrd, _ := p.native.Step(c)
+				wrd, err := p.wasm.Step(c)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if !reflect.DeepEqual(nrd, wrd) {
+					t.Fatalf("%s: Ready differs\nnative %+v\nwasm   %+v", what, nrd, wrd)
+				}
+				continue
+			}
 			if i%3 == 2 {
-				nr, _ = p.native.Step(step)
-				wr, err = p.wasm.Step(step)
+				nr, _ = p.native.StepJSON(step)
+				wr, err = p.wasm.StepJSON(step)
 			} else {
 				op, now, body := restCall(t, step)
 				nr, _ = p.native.Apply(op, now, body)
@@ -212,8 +224,8 @@ func TestApplyRandomLikeNative(t *testing.T) {
 // (putCommand, and lp_apply_command in wasm/wasip1): a new field must be
 // carried across the boundary too.
 func TestCommandFields(t *testing.T) {
-	if n := reflect.TypeFor[kernel.Command]().NumField(); n != 10 {
-		t.Fatalf("kernel.Command has %d fields; Engine.Apply and lp_apply_command carry 10: carry the new ones and update this test", n)
+	if n := reflect.TypeFor[kernel.Command]().NumField(); n != 15 {
+		t.Fatalf("kernel.Command has %d fields; Engine.Step and lp_step_command carry 15: carry the new ones and update this test", n)
 	}
 }
 
@@ -257,8 +269,8 @@ func TestRestoreLikeNative(t *testing.T) {
 	}
 	p := newPair(t, string(s.Rules))
 	for i, step := range s.Steps {
-		nr, _ := p.native.Step(step)
-		wr, err := p.wasm.Step(step)
+		nr, _ := p.native.StepJSON(step)
+		wr, err := p.wasm.StepJSON(step)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -308,7 +320,7 @@ func TestRefusals(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Step([]byte(`{"atMs":1,"op":"tick"}`)); err == nil || !strings.Contains(err.Error(), "closed") {
+	if _, err := e.StepJSON([]byte(`{"atMs":1,"op":"tick"}`)); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("Step after Close: %v, want an error saying closed", err)
 	}
 	if _, _, err := e.NextAlarm(); err == nil {

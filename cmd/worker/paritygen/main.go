@@ -132,7 +132,7 @@ func expected(name string, in []byte) (line, error) {
 	ex := &expect{Steps: make([]step, len(s.Steps))}
 	for i, st := range s.Steps {
 		l.Steps[i] = b64(st)
-		res, err := e.Step(st)
+		res, err := e.StepJSON(st)
 		if err != nil {
 			return line{}, fmt.Errorf("%s: step %d: %v", name, i, err)
 		}
