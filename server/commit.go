@@ -172,6 +172,11 @@ func (c *committer) commit(batch []pending) int {
 		}
 	}
 	for _, p := range batch {
+		// Before the answers leave, like the ledger: a client answered a
+		// change can already see its event on a stream.
+		c.s.hub.publish(p.rec.Workspace, p.rec.Seq, p.events)
+	}
+	for _, p := range batch {
 		close(p.t.done)
 	}
 	if c.s.ledger == nil {

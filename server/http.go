@@ -35,6 +35,7 @@ func (s *Server) routes() {
 	s.mux.Handle(RouteSuspend, s.route(http.MethodPost, kernel.OpSuspend))
 	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
 	s.mux.Handle(RouteForget, s.route(http.MethodPost, kernel.OpForget))
+	s.mux.HandleFunc(RouteEvents, s.eventsRoute)
 	s.mux.HandleFunc(RouteWhoami, s.whoami)
 	s.mux.HandleFunc(RouteOpenAPI, s.openapi)
 	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
@@ -42,7 +43,7 @@ func (s *Server) routes() {
 	s.detectionRoutes()
 	s.mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, refusal(404, ReasonNotFound, "no route "+r.URL.Path+"; the routes are "+
-			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteSuspend+", "+RouteResume+" and "+RouteForget))
+			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteEvents+", "+RouteSuspend+", "+RouteResume+" and "+RouteForget))
 	}))
 	s.mux.HandleFunc("/healthz", s.healthz)
 	s.mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))

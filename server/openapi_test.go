@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -112,7 +113,16 @@ func checkOperation(t *testing.T, ts *testServer, doc map[string]any, path, meth
 		req.Header.Set("Authorization", "Bearer "+k)
 	}
 	rec := httptest.NewRecorder()
-	ts.s.Handler().ServeHTTP(rec, req)
+	if op["x-leaseplane-stream"] == true {
+		// A stream answers until its client goes: this client goes at the
+		// first flush, once the status and the first lines are written.
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		req = req.WithContext(ctx)
+		ts.s.Handler().ServeHTTP(flushCancel{rec, cancel}, req)
+	} else {
+		ts.s.Handler().ServeHTTP(rec, req)
+	}
 	responses := op["responses"].(map[string]any)
 	r, ok := responses[fmt.Sprint(rec.Code)]
 	if !ok {
@@ -133,9 +143,24 @@ func checkOperation(t *testing.T, ts *testServer, doc map[string]any, path, meth
 			t.Errorf("%s %s: the %d answer does not fit server/openapi.json: %v\n%s", method, target, rec.Code, err, clip(rec.Body.Bytes()))
 		}
 	case content["text/plain"] != nil && strings.HasPrefix(ctype, "text/plain"):
+	case content["text/event-stream"] != nil && strings.HasPrefix(ctype, "text/event-stream"):
+		if !strings.HasPrefix(rec.Body.String(), "retry: 1000\nevent: ready\n") {
+			t.Errorf("%s %s: the stream does not begin with its ready event: %s", method, target, clip(rec.Body.Bytes()))
+		}
 	default:
 		t.Errorf("%s %s: %d answered as %s, documented as %v", method, target, rec.Code, ctype, keysOf(content))
 	}
+}
+
+// flushCancel ends a streamed request at its first flush.
+type flushCancel struct {
+	*httptest.ResponseRecorder
+	cancel func()
+}
+
+func (f flushCancel) Flush() {
+	f.ResponseRecorder.Flush()
+	f.cancel()
 }
 
 func keysOf(m map[string]any) []string {

@@ -184,6 +184,7 @@ type Server struct {
 	clock   *planeClock
 	bodies  bodyGuard
 	ledger  *ledger.Ledger // nil when Config.NoLedger
+	hub     eventHub       // the events streams (events.go)
 
 	wsMu       sync.RWMutex
 	workspaces map[int64]*workspace
@@ -291,6 +292,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.clock = clock
 	s.keys.entries = map[string]keyEntry{}
+	s.hub.wss = map[int64]*wsEvents{}
 	s.bodies.reading = map[*guardedBody]struct{}{}
 	s.metrics = newMetrics(s)
 	s.commit = newCommitter(s)

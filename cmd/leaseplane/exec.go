@@ -50,8 +50,10 @@ Runs CMD while holding a lease on RESOURCE, like etcdctl lock or consul lock:
   - forwards SIGINT and SIGTERM to CMD;
   - releases the lease when CMD ends, and exits with CMD's status (128+N when
     CMD was killed by signal N).
-If the lease is lost while CMD runs (a renewal refused, or the plane
-unreachable until the lease lapsed), CMD gets SIGTERM (SIGKILL 10 s later).
+If the lease is lost while CMD runs (revoked by an operator's suspend,
+expired, a renewal refused, or the plane unreachable until the lease
+lapsed), CMD gets SIGTERM (SIGKILL 10 s later). exec watches the plane's
+events stream, so a revocation stops CMD at once, not at the next renewal.
 
 The plane is LEASEPLANE_URL (default ` + defaultURL + `); the Bearer key is LEASEPLANE_KEY.
 
@@ -176,6 +178,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}()
 
 	childStatus := -1
+	stopped := false // the loss is printed once, when the command is stopped for it
 	err = h.Run(ctx, func(wctx context.Context, l *client.Lease) error {
 		if *receipt != "" {
 			// A receipt that cannot be had does not hold the command back.
@@ -201,6 +204,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		case werr = <-exited:
 		case <-wctx.Done():
 			logf("%v; stopping the command", context.Cause(wctx))
+			stopped = true
 			cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case werr = <-exited:
@@ -226,7 +230,9 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		logf("cannot start %q: %v", argv[0], se.err)
 		return exitNoStart
 	case errors.As(err, &le):
-		logf("%v", le)
+		if !stopped {
+			logf("%v", le)
+		}
 		if childStatus > 0 {
 			logf("the command exited with status %d after it was stopped", childStatus)
 		}

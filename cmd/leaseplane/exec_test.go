@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -321,26 +324,80 @@ func TestExecStopsChildWhenLeaseIsLost(t *testing.T) {
 		`trap 'echo stopped; exit 9' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
 	waitFile(t, ready)
 	<-g.Asked
-	// The plane hears nothing for 31 s: the alarm takes the lease back and
-	// b gets it. The next renewal is refused, so the child must stop.
+	// The plane hears nothing for 31 s: the alarm takes the lease back,
+	// and its expiry on the events stream stops the child while the
+	// renewal still sleeps.
 	p.clock.Advance(31 * time.Second)
-	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
-	g.Wake <- struct{}{}
 	r := <-done
 	if r.code != exitLost || r.out != "stopped\n" {
 		t.Fatalf("exit %d stdout %q stderr %q; want %d and the child's trap output", r.code, r.out, r.errOut, exitLost)
 	}
 	for _, want := range []string{
-		"lost the lease on r: renewal refused: lease_held (HTTP 409)",
+		"lost the lease on r: it expired",
 		"the command exited with status 9 after it was stopped",
 	} {
-		if !strings.Contains(r.errOut, want) {
-			t.Errorf("stderr %q lacks %q", r.errOut, want)
+		if strings.Count(r.errOut, want) != 1 {
+			t.Errorf("stderr %q does not say %q once", r.errOut, want)
 		}
 	}
+	mustCLI(t, 0, "lease", "r", "--as", "did:web:b")
 	w := queues(t)
 	if len(w.Queues) != 1 || w.Queues[0].Holders[0].Holder != "did:web:b" || len(w.Queues[0].Waiters) != 0 {
 		t.Errorf("queues %+v, want r held by b alone", w.Queues)
+	}
+}
+
+// acquireRequests is how many acquire requests (grants, renewals and
+// refusals) the plane has answered, from its /metrics.
+func acquireRequests(t *testing.T, p *testPlane) int {
+	t.Helper()
+	resp, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "leaseplane_requests_total{") && strings.Contains(line, `op="acquire"`) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// TestExecStopsChildOnSuspend: an operator's suspend stops exec's command
+// through the events stream, with no renewal sent between the suspend
+// and the stop (the plane's count of acquire requests does not move), and
+// exec says so once.
+func TestExecStopsChildOnSuspend(t *testing.T) {
+	p := startPlane(t)
+	// Renewals would wait for ever: only the stream can stop the child.
+	hookExec(t, func(_ *execHooks, ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() })
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	done := runExecAsync(t, "exec", "lock:deploy", "--as", "did:web:a", "--", "sh", "-c",
+		`trap 'echo stopped; exit 9' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
+	waitFile(t, ready)
+	before := acquireRequests(t, p)
+	suspend(t, p, "did:web:a")
+	r := <-done
+	if after := acquireRequests(t, p); after != before {
+		t.Errorf("%d acquire requests between the suspend and the stop, want none", after-before)
+	}
+	if r.code != exitLost || r.out != "stopped\n" {
+		t.Fatalf("exit %d stdout %q stderr %q; want %d and the child's trap output", r.code, r.out, r.errOut, exitLost)
+	}
+	if want := "lost the lease on lock:deploy: the plane revoked it"; strings.Count(r.errOut, want) != 1 {
+		t.Errorf("stderr %q does not say %q once", r.errOut, want)
 	}
 }
 
@@ -356,12 +413,11 @@ func TestExecKillsChildThatIgnoresTERM(t *testing.T) {
 		`trap '' TERM; touch "$0"; while :; do sleep 0.02; done`, ready)
 	waitFile(t, ready)
 	<-g.Asked
-	p.clock.Advance(31 * time.Second) // lapses; the renewal finds it granted again under fence 2
-	g.Wake <- struct{}{}
+	p.clock.Advance(31 * time.Second) // lapses: the expiry comes on the events stream
 	r := <-done
-	if r.code != exitLost || !strings.Contains(r.errOut, "granted again under fence 2 (was 1)") ||
+	if r.code != exitLost || !strings.Contains(r.errOut, "lost the lease on r: it expired") ||
 		!strings.Contains(r.errOut, "the command exited with status 137 after it was stopped") {
-		t.Fatalf("exit %d stderr %q; want %d, the new fence and SIGKILL's 137", r.code, r.errOut, exitLost)
+		t.Fatalf("exit %d stderr %q; want %d, the expiry and SIGKILL's 137", r.code, r.errOut, exitLost)
 	}
 	// The re-granted lease was given back too.
 	if w := queues(t); len(w.Queues) != 0 {

@@ -229,16 +229,39 @@ func (h *Holder) Release(ctx context.Context) (*Answer, error) {
 // then stop. Run returns the acquisition's error (after dropping the
 // agent's wait), else work's error, else the *LostError if the lease was
 // lost, else a release error.
+//
+// A loss is noticed without waiting for the next renewal: before it asks
+// for the lease, Run opens the plane's events stream for its agent and
+// resource, and the event that ends the lease (revoked by an operator's
+// suspend, expired, released elsewhere) cancels work at once. A plane
+// without the stream is watched by renewals alone; a plane that cannot be
+// reached is taken to have lost the lease when its lifetime, counted from
+// the last renewal sent, runs out.
 func (h *Holder) Run(ctx context.Context, work func(ctx context.Context, l *Lease) error) error {
+	wctx, cancelWork := context.WithCancelCause(ctx)
+	defer cancelWork(nil)
+	w := &watcher{h: h, ended: map[string]string{}, lost: func(e *LostError) { cancelWork(e) }}
+	sctx, stopWatch := context.WithCancel(wctx)
+	watched := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		defer close(watched)
+		w.run(sctx, ready)
+	}()
+	select {
+	case <-ready:
+	case <-watched:
+	}
 	l, err := h.Acquire(ctx)
 	if err != nil {
+		stopWatch()
+		<-watched
 		// Stop being a waiter; a failure here changes nothing for the caller.
 		h.Release(ctx)
 		return err
 	}
-	wctx, cancelWork := context.WithCancelCause(ctx)
-	defer cancelWork(nil)
-	rctx, stopRenew := context.WithCancel(ctx)
+	w.watch(l.ID)
+	rctx, stopRenew := context.WithCancel(wctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -246,9 +269,14 @@ func (h *Holder) Run(ctx context.Context, work func(ctx context.Context, l *Leas
 			cancelWork(lost)
 		}
 	}()
-	werr := work(wctx, l)
+	var werr error
+	if wctx.Err() == nil {
+		werr = work(wctx, l)
+	}
 	stopRenew()
+	stopWatch()
 	<-done
+	<-watched
 	lost := context.Cause(wctx)
 	var lostErr *LostError
 	if !errors.As(lost, &lostErr) {
@@ -267,6 +295,100 @@ func (h *Holder) Run(ctx context.Context, work func(ctx context.Context, l *Leas
 	}
 	return nil
 }
+
+// watcher follows the events stream for a Holder and reports the event
+// that ends its lease.
+type watcher struct {
+	h     *Holder
+	lost  func(*LostError)
+	mu    sync.Mutex
+	lease string            // the lease watched, once granted
+	ended map[string]string // leases of this agent and resource that ended before, and why
+}
+
+// watch starts watching lease id (events about it may have come first).
+func (w *watcher) watch(id string) {
+	w.mu.Lock()
+	w.lease = id
+	why, ended := w.ended[id]
+	w.mu.Unlock()
+	if ended {
+		w.lost(&LostError{Resource: w.h.Req.Resource, Why: why})
+	}
+}
+
+func (w *watcher) seen(e Event) {
+	if e.Resource != w.h.Req.Resource || !e.Ends() {
+		return
+	}
+	var why string
+	switch e.Type {
+	case "coordination.revoke":
+		why = "the plane revoked it (an operator suspended " + e.ActorDid + ")"
+	case "coordination.expire":
+		why = "it expired: no renewal reached the plane in time"
+	default:
+		why = "it was released by another client of " + e.ActorDid
+	}
+	w.mu.Lock()
+	mine := w.lease != "" && e.LeaseID == w.lease
+	if !mine && len(w.ended) < 64 {
+		w.ended[e.LeaseID] = why
+	}
+	w.mu.Unlock()
+	if mine {
+		w.lost(&LostError{Resource: w.h.Req.Resource, Why: why})
+	}
+}
+
+// run reads the stream until ctx ends, resuming after a cut; ready closes
+// once the stream is live (or has failed for the first time). A plane that
+// refuses the stream (one without it, a key that may not read it) leaves
+// the lease to the renewals.
+func (w *watcher) run(ctx context.Context, ready chan struct{}) {
+	var once sync.Once
+	live := func() { once.Do(func() { close(ready) }) }
+	defer live()
+	after := int64(-1)
+	for ctx.Err() == nil {
+		err := w.h.Client.Events(ctx, EventsRequest{ActorDid: w.h.Req.ActorDid, Prefix: w.h.Req.Resource, After: after},
+			func(next int64) {
+				if after < 0 {
+					after = next - 1
+				}
+				live()
+			},
+			func(e Event) error {
+				after = e.ID
+				w.seen(e)
+				return nil
+			})
+		live()
+		if ctx.Err() != nil {
+			return
+		}
+		var se *StreamError
+		if errors.As(err, &se) && se.Status != 0 && se.Status != 503 {
+			if se.Status == 410 {
+				after = -1 // behind retention: renewals tell what was missed
+				continue
+			}
+			w.h.logf("the plane's events stream is not available (%s); a lost lease is noticed at the next renewal", se.Answer.Refusal())
+			return
+		}
+		t := time.NewTimer(streamRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// streamRetry is the pause before the events stream is opened again after
+// it was cut.
+const streamRetry = 500 * time.Millisecond
 
 // renew renews l until ctx ends; it returns a *LostError when the lease is
 // lost, nil when ctx ends first.
