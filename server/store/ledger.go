@@ -4,42 +4,53 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 )
 
 // ledgerSchema is the ledger's: a file of its own, so that its writes never
-// add to a command's commit. An append of a workspace's entries writes one
-// row of tree hashes and one row of entry bodies for the whole batch
-// (indexed by the batch's first entry), and one small row per grant for the
-// receipt route's look-up by lease id: a few rows per ledger transaction,
-// not one per entry. Hashes and grants are append-only (triggers refuse
-// UPDATE and DELETE); a body row may only be deleted once retention allows
-// it (below the workspace's export mark), and never updated. A workspace's
-// position (the last logged command whose events are entries, and the tree
-// size) moves in the same transaction as the entries it covers.
+// add to a command's commit. Entries are kept in rows of rows.Size, laid on
+// multiples of it (a row ends where a multiple of rows.Size does; the last
+// row of a workspace grows until it is full), each row's bodies packed and
+// compressed by kernel/ledger/rows. Of the tree hashes, only what cannot be
+// recomputed from a row is stored: a full row's subtree hash and the ones
+// above it that its last entry completes (row_hashes, one small row per
+// full row); leaf hashes and the subtrees inside a row are recomputed from
+// its bodies, and kept (leaf_hashes) when retention drops the bodies. Each
+// entry keeps the time it was written in its row (retention counts from
+// it). One small row per grant serves the receipt route's look-up by lease
+// id.
+//
+// Hashes, leaf hashes and grants are append-only (triggers refuse UPDATE and
+// DELETE); a body row may only grow while it is not full, and lose entries
+// only to retention, as a prefix below the workspace's export mark whose
+// leaf hashes are kept. A workspace's position (the last logged command whose
+// events are entries, and the tree size) moves in the same transaction as
+// the entries it covers.
 const ledgerSchema = `
 CREATE TABLE IF NOT EXISTS position(
 	workspace_id INTEGER PRIMARY KEY,
 	seq INTEGER NOT NULL,
 	size INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS hashes(
+CREATE TABLE IF NOT EXISTS body_rows(
+	workspace_id INTEGER NOT NULL,
+	first INTEGER NOT NULL,
+	count INTEGER NOT NULL,
+	data BLOB NOT NULL,
+	PRIMARY KEY(workspace_id, first));
+CREATE TABLE IF NOT EXISTS row_hashes(
+	workspace_id INTEGER NOT NULL,
+	row INTEGER NOT NULL,
+	hashes BLOB NOT NULL,
+	PRIMARY KEY(workspace_id, row)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leaf_hashes(
 	workspace_id INTEGER NOT NULL,
 	first INTEGER NOT NULL,
 	count INTEGER NOT NULL,
 	hashes BLOB NOT NULL,
-	PRIMARY KEY(workspace_id, first));
-CREATE TABLE IF NOT EXISTS bodies(
-	workspace_id INTEGER NOT NULL,
-	first INTEGER NOT NULL,
-	count INTEGER NOT NULL,
-	written_ms INTEGER NOT NULL,
-	data BLOB NOT NULL,
 	PRIMARY KEY(workspace_id, first));
 CREATE TABLE IF NOT EXISTS grant_index(
 	workspace_id INTEGER NOT NULL,
@@ -56,19 +67,30 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 	size INTEGER NOT NULL,
 	note BLOB NOT NULL,
 	PRIMARY KEY(workspace_id, size)) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS hashes_no_update BEFORE UPDATE ON hashes
+CREATE TRIGGER IF NOT EXISTS row_hashes_no_update BEFORE UPDATE ON row_hashes
 	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS hashes_no_delete BEFORE DELETE ON hashes
+CREATE TRIGGER IF NOT EXISTS row_hashes_no_delete BEFORE DELETE ON row_hashes
+	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS leaf_hashes_no_update BEFORE UPDATE ON leaf_hashes
+	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS leaf_hashes_no_delete BEFORE DELETE ON leaf_hashes
 	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS grant_index_no_update BEFORE UPDATE ON grant_index
 	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS grant_index_no_delete BEFORE DELETE ON grant_index
 	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS bodies_no_update BEFORE UPDATE ON bodies
-	BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS bodies_kept_until_exported BEFORE DELETE ON bodies
+CREATE TRIGGER IF NOT EXISTS body_rows_append_only BEFORE UPDATE ON body_rows
+	WHEN NOT (NEW.workspace_id = OLD.workspace_id AND (
+		(NEW.first = OLD.first AND NEW.count > OLD.count AND (OLD.first + OLD.count) % 32 != 0
+			AND NEW.first / 32 = (NEW.first + NEW.count - 1) / 32)
+		OR (NEW.first > OLD.first AND NEW.first + NEW.count = OLD.first + OLD.count
+			AND NEW.first <= coalesce((SELECT exported FROM retention WHERE workspace_id = OLD.workspace_id), 0)
+			AND EXISTS (SELECT 1 FROM leaf_hashes WHERE workspace_id = OLD.workspace_id AND first = OLD.first AND count = NEW.first - OLD.first))))
+	BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only (the last row may grow; retention may drop an exported prefix, its leaf hashes kept)'); END;
+CREATE TRIGGER IF NOT EXISTS body_rows_kept_until_exported BEFORE DELETE ON body_rows
 	WHEN OLD.first + OLD.count > coalesce((SELECT exported FROM retention WHERE workspace_id = OLD.workspace_id), 0)
-	BEGIN SELECT RAISE(ABORT, 'ledger entries are dropped only once exported'); END;
+		OR NOT EXISTS (SELECT 1 FROM leaf_hashes WHERE workspace_id = OLD.workspace_id AND first = OLD.first AND count = OLD.count)
+	BEGIN SELECT RAISE(ABORT, 'ledger entries are dropped only once exported, their leaf hashes kept'); END;
 CREATE TRIGGER IF NOT EXISTS checkpoints_no_update BEFORE UPDATE ON checkpoints
 	BEGIN SELECT RAISE(ABORT, 'checkpoints are kept as signed'); END;
 CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints
@@ -122,11 +144,6 @@ func (e *GoneError) Error() string {
 // Unwrap makes errors.Is(err, ErrGone) hold.
 func (e *GoneError) Unwrap() error { return ErrGone }
 
-// maxChunk bounds the entries of one hashes or bodies row: a proof reads
-// one hash from each of a few rows, and a receipt one entry, and SQLite
-// reads a row's whole blob, so rows stay small (at most 2 KB of hashes).
-const maxChunk = 32
-
 // ledgerRead is the prepared statement of a ledger read (or of a
 // multi-row insert), prepared on first use: reads such as a proof's ask a
 // few rows each, and preparing costs more than running.
@@ -148,12 +165,26 @@ func (s *Store) ledgerRead(q string) (*sql.Stmt, error) {
 }
 
 const (
-	qBodyRow  = `SELECT first, count, data FROM bodies WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
-	qBodyRows = `SELECT first, data FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ? ORDER BY first`
+	qBodyRow  = `SELECT first, count, data FROM body_rows WHERE workspace_id = ? AND first <= ? ORDER BY first DESC LIMIT 1`
+	qBodyRows = `SELECT first, data FROM body_rows WHERE workspace_id = ? AND first >= ? AND first < ? ORDER BY first`
 	qDropped  = `SELECT dropped FROM retention WHERE workspace_id = ?`
 	qGrant    = `SELECT idx FROM grant_index WHERE workspace_id = ? AND epoch = ? AND lease = ? ORDER BY idx DESC LIMIT 1`
 	qEpoch    = `SELECT max(epoch) FROM grant_index WHERE workspace_id = ?`
 )
+
+// SyncLedger makes every ledger transaction committed before it durable
+// (ledger.db is written with synchronous=NORMAL: a commit is not synced,
+// and a power cut may lose the newest ones): a WAL checkpoint, which syncs
+// the WAL before it copies it into the database and the database after. It
+// reports whether the checkpoint copied every frame; when a reader kept it
+// from finishing, nothing is promised and the caller tries again later.
+func (s *Store) SyncLedger(ctx context.Context) (bool, error) {
+	var busy, frames, done int64
+	if err := s.ldb.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &done); err != nil {
+		return false, fmt.Errorf("store: sync the ledger: %w", err)
+	}
+	return busy == 0 && frames == done, nil
+}
 
 // LedgerPos reads a workspace's ledger position (zero when it has none).
 func (s *Store) LedgerPos(ctx context.Context, ws int64) (LedgerPos, bool, error) {
@@ -200,7 +231,15 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 		if a.HashStart != storedHashCount(a.From.Size) || int64(len(a.Hashes)) != storedHashCount(a.To.Size)-a.HashStart {
 			return fmt.Errorf("store: ledger of workspace %d: %d hashes from %d do not fit entries %d to %d", a.Workspace, len(a.Hashes), a.HashStart, a.From.Size, a.To.Size)
 		}
-		if err := s.insertChunks(tx, a, &grants); err != nil {
+		for i, e := range a.Entries {
+			if e.Index != a.From.Size+int64(i) {
+				return fmt.Errorf("store: ledger of workspace %d: entry %d out of place", a.Workspace, e.Index)
+			}
+			if id, ok := leaseKey(e.LeaseID); ok {
+				grants = append(grants, grantRow{a.Workspace, id, e.Index})
+			}
+		}
+		if err := s.putEntries(tx, a.Workspace, a.Entries, a.HashStart, a.Hashes, a.WrittenMs); err != nil {
 			return err
 		}
 	}
@@ -243,65 +282,6 @@ type grantRow struct{ ws, lease, idx int64 }
 // land only among the newest epoch's rows, and a look-up asks each epoch,
 // newest first (a ledger of a million entries has 16).
 const epochBits = 16
-
-// insertChunks writes a's entries as rows of hashes and bodies, at most
-// maxChunk entries a row, and adds the grants' look-up rows to grants
-// when grants is not nil.
-func (s *Store) insertChunks(tx *sql.Tx, a LedgerAppend, grants *[]grantRow) error {
-	var hashRows, bodyRows []any
-	for start := 0; start < len(a.Entries); start += maxChunk {
-		chunk := a.Entries[start:min(start+maxChunk, len(a.Entries))]
-		first := a.From.Size + int64(start)
-		size := 0
-		for i, e := range chunk {
-			if e.Index != first+int64(i) {
-				return fmt.Errorf("store: ledger of workspace %d: entry %d out of place", a.Workspace, e.Index)
-			}
-			size += 2*binary.MaxVarintLen64 + len(e.Data)
-			if id, ok := leaseKey(e.LeaseID); ok && grants != nil {
-				*grants = append(*grants, grantRow{a.Workspace, id, e.Index})
-			}
-		}
-		body := make([]byte, 0, size)
-		for _, e := range chunk {
-			body = binary.AppendUvarint(body, uint64(e.Seq))
-			body = binary.AppendUvarint(body, uint64(len(e.Data)))
-			body = append(body, e.Data...)
-		}
-		h0 := storedHashCount(first) - a.HashStart
-		h1 := storedHashCount(first+int64(len(chunk))) - a.HashStart
-		hashes := make([]byte, 0, 32*(h1-h0))
-		for _, h := range a.Hashes[h0:h1] {
-			hashes = append(hashes, h[:]...)
-		}
-		hashRows = append(hashRows, a.Workspace, first, len(chunk), hashes)
-		bodyRows = append(bodyRows, a.Workspace, first, len(chunk), a.WrittenMs, body)
-	}
-	// Many rows a statement, prepared once: a write of a thousand entries
-	// is a few statements, not sixty.
-	for _, t := range []struct {
-		table string
-		cols  int
-		args  []any
-	}{
-		{"hashes(workspace_id, first, count, hashes)", 4, hashRows},
-		{"bodies(workspace_id, first, count, written_ms, data)", 5, bodyRows},
-	} {
-		for len(t.args) > 0 {
-			part := t.args[:min(len(t.args), t.cols*rowsPerInsert)]
-			t.args = t.args[len(part):]
-			row := "(" + strings.TrimSuffix(strings.Repeat("?, ", t.cols), ", ") + "), "
-			st, err := s.ledgerRead(`INSERT INTO ` + t.table + ` VALUES ` + strings.TrimSuffix(strings.Repeat(row, len(part)/t.cols), ", "))
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Stmt(st).Exec(part...); err != nil {
-				return fmt.Errorf("store: write the ledger of workspace %d: %w", a.Workspace, err)
-			}
-		}
-	}
-	return nil
-}
 
 // leaseKey is the 64 bits of a kernel lease id ("lease_" and 16 hex
 // digits) that key the grant index; ok is false for any other string.
@@ -348,113 +328,6 @@ func hashHome(x int64) (entry int64, at int) {
 	return lo, int(x - storedHashCount(lo))
 }
 
-// LedgerHashes reads stored hashes of a workspace's tree by their tlog
-// index.
-func (s *Store) LedgerHashes(ctx context.Context, ws int64, indexes []int64) ([][32]byte, error) {
-	out := make([][32]byte, len(indexes))
-	if len(indexes) == 0 {
-		return out, nil
-	}
-	// The entries whose appends stored the hashes asked for, and the rows
-	// that hold those entries, read in one statement per maxHashRows
-	// entries (a proof asks a few dozen hashes from about as many rows).
-	var want []int64
-	for _, x := range indexes {
-		e, _ := hashHome(x)
-		want = append(want, e)
-	}
-	slices.Sort(want)
-	want = slices.Compact(want)
-	type row struct {
-		first, count int64
-		hashes       []byte
-	}
-	var rows []row
-	for len(want) > 0 {
-		part := want[:min(len(want), maxHashRows)]
-		want = want[len(part):]
-		st, err := s.ledgerRead(hashRowsSQL(len(part)))
-		if err != nil {
-			return nil, err
-		}
-		args := make([]any, 0, 1+len(part))
-		args = append(args, ws)
-		for _, e := range part {
-			args = append(args, e)
-		}
-		rs, err := st.QueryContext(ctx, args...)
-		if err != nil {
-			return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
-		}
-		for rs.Next() {
-			var r row
-			if err := rs.Scan(&r.first, &r.count, &r.hashes); err != nil {
-				rs.Close()
-				return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
-			}
-			rows = append(rows, r)
-		}
-		rs.Close()
-		if err := rs.Err(); err != nil {
-			return nil, fmt.Errorf("store: read ledger hashes of workspace %d: %w", ws, err)
-		}
-	}
-	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.first, b.first) })
-	for i, x := range indexes {
-		e, _ := hashHome(x)
-		k, _ := slices.BinarySearchFunc(rows, e, func(r row, e int64) int {
-			if r.first+r.count <= e {
-				return -1
-			}
-			if r.first > e {
-				return 1
-			}
-			return 0
-		})
-		if k == len(rows) || rows[k].first > e || e >= rows[k].first+rows[k].count {
-			return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
-		}
-		at := x - storedHashCount(rows[k].first)
-		if at < 0 || int64(len(rows[k].hashes)) < 32*(at+1) {
-			return nil, fmt.Errorf("store: ledger of workspace %d has no stored hash %d", ws, x)
-		}
-		out[i] = [32]byte(rows[k].hashes[32*at : 32*at+32])
-	}
-	return out, nil
-}
-
-// maxHashRows bounds the entries one read of hashes rows looks for.
-const maxHashRows = 64
-
-// hashRowsSQL reads the hashes rows that hold n entries (?2...): for each,
-// the row with the largest first index at or below it.
-func hashRowsSQL(n int) string {
-	return `SELECT first, count, hashes FROM hashes WHERE workspace_id = ?1 AND first IN (SELECT (SELECT max(first) FROM hashes
-		WHERE workspace_id = ?1 AND first <= want.column1) FROM (VALUES ` + strings.TrimSuffix(strings.Repeat("(?), ", n), ", ") + `) AS want)`
-}
-
-// decodeBodies appends the entries of a bodies row from index first on
-// (those from index from, at most max of them) to out.
-func decodeBodies(out []LedgerEntry, ws, first, from int64, max int, data []byte) ([]LedgerEntry, error) {
-	for i := first; len(data) > 0 && len(out) < max; i++ {
-		seq, n := binary.Uvarint(data)
-		if n <= 0 {
-			return out, fmt.Errorf("store: ledger entry %d of workspace %d is damaged", i, ws)
-		}
-		data = data[n:]
-		l, n := binary.Uvarint(data)
-		if n <= 0 || uint64(len(data)-n) < l {
-			return out, fmt.Errorf("store: ledger entry %d of workspace %d is damaged", i, ws)
-		}
-		b := data[n : n+int(l)]
-		data = data[n+int(l):]
-		if i >= from {
-			out = append(out, LedgerEntry{Index: i, Seq: int64(seq), Data: b})
-		}
-	}
-	return out, nil
-}
-
 // ledgerDropped is the index below which a workspace's entry bodies were
 // dropped by retention (0 when none were).
 func (s *Store) ledgerDropped(ctx context.Context, ws int64) (int64, error) {
@@ -496,7 +369,7 @@ func (s *Store) LedgerEntries(ctx context.Context, ws, start int64, count int) (
 		}
 		return nil, nil
 	}
-	out, err := decodeBodies(nil, ws, first, start, count, data)
+	out, err := unpackEntries(nil, ws, first, start, count, data)
 	if err != nil || len(out) == count {
 		return out, err
 	}
@@ -518,7 +391,7 @@ func (s *Store) LedgerEntries(ctx context.Context, ws, start int64, count int) (
 		if want := start + int64(len(out)); f > want {
 			return nil, fmt.Errorf("store: ledger of workspace %d has no entry %d", ws, want)
 		}
-		if out, err = decodeBodies(out, ws, f, start, count, data); err != nil {
+		if out, err = unpackEntries(out, ws, f, start, count, data); err != nil {
 			return nil, err
 		}
 	}
@@ -630,105 +503,6 @@ func (s *Store) LastSeq(ctx context.Context, ws int64) (int64, error) {
 	return snap.Int64, nil
 }
 
-// migrateLedger moves a ledger.db written with one row per entry (an
-// entries table, before batches) into the hashes, bodies and grant_index
-// tables, in one transaction, and drops the old table; and a grants table
-// (a look-up without epochs, of builds between) into grant_index.
-func (s *Store) migrateLedger() error {
-	var g int
-	if err := s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'grants'`).Scan(&g); err != nil {
-		return fmt.Errorf("store: look for the ledger's old grants table: %w", err)
-	}
-	if g > 0 {
-		tx, err := s.ldb.Begin()
-		if err != nil {
-			return fmt.Errorf("store: begin moving the ledger's old grants table: %w", err)
-		}
-		defer tx.Rollback()
-		for _, q := range []string{
-			`INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) SELECT workspace_id, idx >> ` +
-				strconv.Itoa(epochBits) + `, lease, idx FROM grants`,
-			`DROP TRIGGER IF EXISTS grants_no_update`, `DROP TRIGGER IF EXISTS grants_no_delete`, `DROP TABLE grants`,
-		} {
-			if _, err := tx.Exec(q); err != nil {
-				return fmt.Errorf("store: move the ledger's old grants table: %w", err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("store: move the ledger's old grants table: %w", err)
-		}
-	}
-	var n int
-	if err := s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'entries'`).Scan(&n); err != nil {
-		return fmt.Errorf("store: look for the ledger's old entries table: %w", err)
-	}
-	if n == 0 {
-		return nil
-	}
-	tx, err := s.ldb.Begin()
-	if err != nil {
-		return fmt.Errorf("store: begin moving the ledger's entries: %w", err)
-	}
-	defer tx.Rollback()
-	rows, err := tx.Query(`SELECT workspace_id, idx, seq, coalesce(lease_id, ''), data, hashes FROM entries ORDER BY workspace_id, idx`)
-	if err != nil {
-		return fmt.Errorf("store: read the ledger's old entries: %w", err)
-	}
-	var apps []LedgerAppend
-	var cur *LedgerAppend
-	for rows.Next() {
-		var ws, idx, seq int64
-		var lease string
-		var data, hashes []byte
-		if err := rows.Scan(&ws, &idx, &seq, &lease, &data, &hashes); err != nil {
-			rows.Close()
-			return fmt.Errorf("store: read the ledger's old entries: %w", err)
-		}
-		if cur == nil || cur.Workspace != ws || len(cur.Entries) == maxChunk {
-			if cur != nil {
-				apps = append(apps, *cur)
-			}
-			cur = &LedgerAppend{Workspace: ws, From: LedgerPos{Size: idx}, HashStart: storedHashCount(idx)}
-		}
-		if idx != cur.From.Size+int64(len(cur.Entries)) || len(hashes) != 32*hashesOf(idx) {
-			rows.Close()
-			return fmt.Errorf("store: the ledger's old entry %d of workspace %d is out of place", idx, ws)
-		}
-		cur.Entries = append(cur.Entries, LedgerEntry{Index: idx, Seq: seq, LeaseID: lease, Data: data})
-		for i := 0; i < len(hashes); i += 32 {
-			cur.Hashes = append(cur.Hashes, [32]byte(hashes[i:i+32]))
-		}
-	}
-	if cur != nil {
-		apps = append(apps, *cur)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("store: read the ledger's old entries: %w", err)
-	}
-	for _, a := range apps {
-		if err := s.insertChunks(tx, a, nil); err != nil {
-			return err
-		}
-		for _, e := range a.Entries {
-			if id, ok := leaseKey(e.LeaseID); ok {
-				if _, err := tx.Exec(`INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) VALUES(?, ?, ?, ?)`,
-					a.Workspace, e.Index>>epochBits, id, e.Index); err != nil {
-					return fmt.Errorf("store: move the ledger's grants: %w", err)
-				}
-			}
-		}
-	}
-	if _, err := tx.Exec(`DROP TRIGGER IF EXISTS entries_no_update; DROP TRIGGER IF EXISTS entries_no_delete;
-		DROP INDEX IF EXISTS entries_by_lease; DROP TABLE entries`); err != nil {
-		return fmt.Errorf("store: drop the ledger's old entries table: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit moving the ledger's entries: %w", err)
-	}
-	return nil
-}
-
 // LedgerRetention is where a workspace's retention stands: Exported is
 // the tree size its last export covered (bodies below it may be dropped),
 // Dropped the index below which bodies were dropped.
@@ -755,59 +529,4 @@ func (s *Store) MarkExported(ctx context.Context, ws, size int64) error {
 		return fmt.Errorf("store: mark the ledger of workspace %d exported up to %d: %w", ws, size, err)
 	}
 	return nil
-}
-
-// DropLedgerBodies drops the entry bodies of a workspace that were written
-// before beforeMs and are below its export mark, oldest first, stopping at
-// the first row that may not go (so that what is dropped is always a
-// prefix of the ledger); it returns the index below which bodies are now
-// gone. Tree hashes, the grant index and checkpoints are kept.
-func (s *Store) DropLedgerBodies(ctx context.Context, ws, beforeMs int64) (int64, error) {
-	tx, err := s.ldb.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("store: begin dropping ledger bodies of workspace %d: %w", ws, err)
-	}
-	defer tx.Rollback()
-	var r LedgerRetention
-	err = tx.QueryRowContext(ctx, `SELECT exported, dropped FROM retention WHERE workspace_id = ?`, ws).Scan(&r.Exported, &r.Dropped)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil // never exported: nothing may go
-	}
-	if err != nil {
-		return 0, fmt.Errorf("store: read the ledger retention of workspace %d: %w", ws, err)
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT first, count, written_ms FROM bodies WHERE workspace_id = ? AND first >= ? ORDER BY first LIMIT 1000`,
-		ws, r.Dropped)
-	if err != nil {
-		return 0, fmt.Errorf("store: read ledger bodies of workspace %d: %w", ws, err)
-	}
-	upTo := r.Dropped
-	for rows.Next() {
-		var first, count, written int64
-		if err := rows.Scan(&first, &count, &written); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("store: read ledger bodies of workspace %d: %w", ws, err)
-		}
-		if first != upTo || first+count > r.Exported || written >= beforeMs {
-			break
-		}
-		upTo = first + count
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("store: read ledger bodies of workspace %d: %w", ws, err)
-	}
-	if upTo == r.Dropped {
-		return r.Dropped, nil
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM bodies WHERE workspace_id = ? AND first >= ? AND first < ?`, ws, r.Dropped, upTo); err != nil {
-		return 0, fmt.Errorf("store: drop ledger bodies of workspace %d: %w", ws, err)
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE retention SET dropped = ? WHERE workspace_id = ?`, upTo, ws); err != nil {
-		return 0, fmt.Errorf("store: drop ledger bodies of workspace %d: %w", ws, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("store: commit dropping ledger bodies of workspace %d: %w", ws, err)
-	}
-	return upTo, nil
 }

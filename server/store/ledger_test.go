@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,8 +44,8 @@ func TestLedgerAppendOnce(t *testing.T) {
 	if err := s.SaveCheckpoint(ctx, 1, 1, []byte("note")); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`DELETE FROM bodies`, `DELETE FROM hashes`, `DELETE FROM grant_index`, `DELETE FROM checkpoints`,
-		`UPDATE bodies SET data = x'00'`, `UPDATE hashes SET hashes = x'00'`} {
+	for _, q := range []string{`DELETE FROM body_rows`, `DELETE FROM grant_index`, `DELETE FROM checkpoints`,
+		`UPDATE body_rows SET data = x'00'`, `UPDATE body_rows SET first = first + 1`} {
 		if _, err := s.ldb.Exec(q); err == nil {
 			t.Errorf("%s: the ledger let it happen", q)
 		}
@@ -229,27 +232,116 @@ func TestLedgerGrantEpochs(t *testing.T) {
 	}
 }
 
-// TestDropLedgerBodies: retention drops whole rows, oldest first, only
-// below the export mark and only those written before the cut; it stops
-// at the first row that must stay, and a trigger refuses any other delete.
+// realLedger appends entries with their real tree hashes, as the ledger's
+// writer does, and keeps every stored hash to compare with what the store
+// reads back.
+type realLedger struct {
+	s   *Store
+	ws  int64
+	pos LedgerPos
+	all memHashes
+}
+
+func (l *realLedger) append(t *testing.T, n int, written int64) {
+	t.Helper()
+	next := LedgerPos{Seq: l.pos.Seq + 1, Size: l.pos.Size + int64(n)}
+	app := LedgerAppend{Workspace: l.ws, From: l.pos, To: next, HashStart: storedHashCount(l.pos.Size), WrittenMs: written}
+	for i := range int64(n) {
+		idx := l.pos.Size + i
+		data := []byte(`{"type":"coordination.lease","atMs":` + strconv.FormatInt(1000+idx, 10) + `,"leaseId":"lease_` + fmt.Sprintf("%016x", idx+1) + `"}`)
+		hs, err := tlog.StoredHashes(idx, data, l.all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.all = append(l.all, hs...)
+		for _, h := range hs {
+			app.Hashes = append(app.Hashes, h)
+		}
+		app.Entries = append(app.Entries, LedgerEntry{Index: idx, Seq: next.Seq, LeaseID: fmt.Sprintf("lease_%016x", idx+1), Data: data})
+	}
+	if err := l.s.AppendLedger([]LedgerAppend{app}); err != nil {
+		t.Fatal(err)
+	}
+	l.pos = next
+}
+
+// check reads back every stored hash, and every entry from kept on.
+func (l *realLedger) check(t *testing.T, kept int64) {
+	t.Helper()
+	ctx := context.Background()
+	idx := make([]int64, len(l.all))
+	for i := range idx {
+		idx[i] = int64(i)
+	}
+	hs, err := l.s.LedgerHashes(ctx, l.ws, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range hs {
+		if hs[i] != [32]byte(l.all[i]) {
+			t.Fatalf("stored hash %d read back differs", i)
+		}
+	}
+	root, err := tlog.TreeHash(l.pos.Size, tlog.HashReaderFunc(func(x []int64) ([]tlog.Hash, error) {
+		hs, err := l.s.LedgerHashes(ctx, l.ws, x)
+		out := make([]tlog.Hash, len(hs))
+		for i := range hs {
+			out[i] = hs[i]
+		}
+		return out, err
+	}))
+	if want, _ := tlog.TreeHash(l.pos.Size, l.all); err != nil || root != want {
+		t.Fatalf("tree hash from the store %x (%v), want %x", root, err, want)
+	}
+	es, err := l.s.LedgerEntries(ctx, l.ws, kept, int(l.pos.Size))
+	if err != nil || int64(len(es)) != l.pos.Size-kept {
+		t.Fatalf("entries from %d: %d (%v), want %d", kept, len(es), err, l.pos.Size-kept)
+	}
+	for k, e := range es {
+		if e.Index != kept+int64(k) || tlog.RecordHash(e.Data) != l.all[tlog.StoredHashIndex(0, e.Index)] {
+			t.Fatalf("entry %d read back differs", e.Index)
+		}
+	}
+}
+
+// TestLedgerRows: appends of any size land in rows laid on multiples of
+// 32 (the last one growing), store only the hashes of full rows and above,
+// and read back every stored hash, the tree hash and every entry, byte for
+// byte.
+func TestLedgerRows(t *testing.T) {
+	s := open(t, t.TempDir(), Options{})
+	l := &realLedger{s: s, ws: 1}
+	for _, n := range []int{1, 2, 29, 1, 32, 64, 3, 100, 31, 1} {
+		l.append(t, n, 100)
+		l.check(t, 0)
+	}
+	var rowsN, fullRows, hashRows, hashBytes int64
+	s.ldb.QueryRow(`SELECT count(*), count(*) FILTER (WHERE count = 32) FROM body_rows`).Scan(&rowsN, &fullRows)
+	s.ldb.QueryRow(`SELECT count(*), sum(length(hashes)) FROM row_hashes`).Scan(&hashRows, &hashBytes)
+	if n := l.pos.Size; rowsN != (n+31)/32 || fullRows != n/32 || hashRows != n/32 {
+		t.Errorf("%d entries in %d rows (%d full) with %d rows of hashes, want %d, %d full, %d", n, rowsN, fullRows, hashRows, (n+31)/32, n/32, n/32)
+	}
+	if hashBytes > 32*3*hashRows {
+		t.Errorf("%d bytes of hashes for %d full rows", hashBytes, hashRows)
+	}
+}
+
+// TestDropLedgerBodies: retention drops entries oldest first, only below
+// the export mark and only those written before the cut (whole rows, and
+// the first part of a row); it stops at the first entry that must stay,
+// keeps the dropped entries' leaf hashes (every stored hash still reads
+// back), and a trigger refuses any other delete or change.
 func TestDropLedgerBodies(t *testing.T) {
 	s := open(t, t.TempDir(), Options{})
 	ctx := context.Background()
-	var pos LedgerPos
+	l := &realLedger{s: s, ws: 1}
+	// Entries 0-39 written at 100, 40-69 at 200, 70-99 at 300, in rows
+	// 0-31, 32-63, 64-95 and 96-99 (not full).
 	for _, a := range []struct {
 		n       int
 		written int64
-	}{{2, 100}, {3, 200}, {1, 300}} {
-		next := LedgerPos{Seq: pos.Seq + 1, Size: pos.Size + int64(a.n)}
-		app := LedgerAppend{Workspace: 1, From: pos, To: next, HashStart: storedHashCount(pos.Size), WrittenMs: a.written,
-			Hashes: make([][32]byte, storedHashCount(next.Size)-storedHashCount(pos.Size))}
-		for i := range a.n {
-			app.Entries = append(app.Entries, LedgerEntry{Index: pos.Size + int64(i), Seq: next.Seq, Data: []byte(`{}`)})
-		}
-		if err := s.AppendLedger([]LedgerAppend{app}); err != nil {
-			t.Fatal(err)
-		}
-		pos = next
+	}{{40, 100}, {30, 200}, {30, 300}} {
+		l.append(t, a.n, a.written)
 	}
 	if got, err := s.DropLedgerBodies(ctx, 1, 1000); err != nil || got != 0 {
 		t.Fatalf("drop before any export: %d %v, want 0", got, err)
@@ -257,11 +349,11 @@ func TestDropLedgerBodies(t *testing.T) {
 	for _, step := range []struct {
 		mark, before, want int64
 	}{
-		{4, 1000, 2}, // the second row reaches past the mark
-		{5, 150, 2},  // the second row is newer than the cut
-		{5, 1000, 5},
-		{6, 250, 5}, // the third row is newer than the cut
-		{6, 1000, 6},
+		{40, 1000, 40}, // a row and the first part of the next, up to the mark
+		{64, 150, 40},  // entry 40 is newer than the cut
+		{64, 1000, 64},
+		{100, 250, 70},   // entry 70 is newer than the cut
+		{100, 1000, 100}, // the last row too, not full
 	} {
 		if err := s.MarkExported(ctx, 1, step.mark); err != nil {
 			t.Fatal(err)
@@ -272,15 +364,25 @@ func TestDropLedgerBodies(t *testing.T) {
 		if _, err := s.LedgerEntries(ctx, 1, step.want-1, 1); step.want > 0 && !errors.Is(err, ErrGone) {
 			t.Errorf("entry %d after the drop: %v, want ErrGone", step.want-1, err)
 		}
-		if es, err := s.LedgerEntries(ctx, 1, step.want, 10); step.want < 6 && (err != nil || len(es) != int(6-step.want)) {
-			t.Errorf("entries from %d after the drop: %d %v", step.want, len(es), err)
-		}
+		l.check(t, step.want)
 	}
 	if err := s.MarkExported(ctx, 1, 3); err != nil { // the mark only rises
 		t.Fatal(err)
 	}
-	if r, err := s.LedgerRetentionOf(ctx, 1); err != nil || r != (LedgerRetention{Exported: 6, Dropped: 6}) {
+	if r, err := s.LedgerRetentionOf(ctx, 1); err != nil || r != (LedgerRetention{Exported: 100, Dropped: 100}) {
 		t.Errorf("retention %+v %v", r, err)
+	}
+	l.append(t, 5, 400) // a row after the drop, then growing to its end
+	l.check(t, 100)
+	l.append(t, 60, 500)
+	l.check(t, 100)
+	for _, q := range []string{`DELETE FROM leaf_hashes`, `UPDATE leaf_hashes SET hashes = x'00'`, `DELETE FROM row_hashes`,
+		`UPDATE row_hashes SET hashes = x'00'`, `DELETE FROM body_rows`,
+		// A full row never changes; only the last one, not full, grows.
+		`UPDATE body_rows SET count = count + 1, data = x'00' WHERE count = 32`} {
+		if _, err := s.ldb.Exec(q); err == nil {
+			t.Errorf("%s: the ledger let it happen", q)
+		}
 	}
 }
 
@@ -296,7 +398,84 @@ func TestBodiesKeptUntilExported(t *testing.T) {
 	if err := s.MarkExported(context.Background(), 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ldb.Exec(`DELETE FROM bodies`); err == nil {
+	if _, err := s.ldb.Exec(`DELETE FROM body_rows`); err == nil {
 		t.Error("a body row past the export mark was deleted")
 	}
+}
+
+// TestLedgerPacksUnpackedRows: a ledger.db of the builds before packed rows
+// (tables hashes and bodies: rows of up to 32 entries wherever a write
+// began, bodies length-prefixed, every stored hash kept, bodies below the
+// retention mark dropped) is packed when the store opens it: every stored
+// hash and kept entry reads back the same, the dropped ones stay gone, the
+// old tables go, and appends go on from there.
+func TestLedgerPacksUnpackedRows(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	if _, err := s.ldb.Exec(`CREATE TABLE hashes(workspace_id INTEGER NOT NULL, first INTEGER NOT NULL, count INTEGER NOT NULL,
+			hashes BLOB NOT NULL, PRIMARY KEY(workspace_id, first));
+		CREATE TABLE bodies(workspace_id INTEGER NOT NULL, first INTEGER NOT NULL, count INTEGER NOT NULL,
+			written_ms INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY(workspace_id, first));
+		CREATE TRIGGER hashes_no_delete BEFORE DELETE ON hashes BEGIN SELECT RAISE(ABORT, 'no'); END;
+		CREATE TRIGGER bodies_no_update BEFORE UPDATE ON bodies BEGIN SELECT RAISE(ABORT, 'no'); END;`); err != nil {
+		t.Fatal(err)
+	}
+	l := &realLedger{s: s, ws: 3}
+	var ents []LedgerEntry
+	for i := range int64(100) {
+		data := []byte(`{"type":"coordination.renew","atMs":` + strconv.FormatInt(5000+i, 10) + `}`)
+		hs, err := tlog.StoredHashes(i, data, l.all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.all = append(l.all, hs...)
+		ents = append(ents, LedgerEntry{Index: i, Seq: 7 + i/3, Data: data})
+	}
+	const dropped = 12 // the first two old rows
+	first := int64(0)
+	for _, n := range []int64{5, 7, 32, 1, 20, 32, 3} {
+		var body, hashes []byte
+		for _, e := range ents[first : first+n] {
+			body = binary.AppendUvarint(body, uint64(e.Seq))
+			body = binary.AppendUvarint(body, uint64(len(e.Data)))
+			body = append(body, e.Data...)
+		}
+		for _, h := range l.all[storedHashCount(first):storedHashCount(first+n)] {
+			hashes = append(hashes, h[:]...)
+		}
+		if _, err := s.ldb.Exec(`INSERT INTO hashes VALUES(3, ?, ?, ?)`, first, n, hashes); err != nil {
+			t.Fatal(err)
+		}
+		if first >= dropped {
+			if _, err := s.ldb.Exec(`INSERT INTO bodies VALUES(3, ?, ?, 100, ?)`, first, n, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first += n
+	}
+	if _, err := s.ldb.Exec(`INSERT INTO position VALUES(3, 40, 100); INSERT INTO retention VALUES(3, 50, ?)`, dropped); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, dir, Options{})
+	l.s, l.pos = s, LedgerPos{Seq: 40, Size: 100}
+	l.check(t, dropped)
+	if _, err := s.LedgerEntries(context.Background(), 3, dropped-1, 1); !errors.Is(err, ErrGone) {
+		t.Errorf("a dropped entry after the move: %v, want ErrGone", err)
+	}
+	es, _ := s.LedgerEntries(context.Background(), 3, dropped, 1)
+	if len(es) != 1 || es[0].Seq != ents[dropped].Seq {
+		t.Errorf("entry %d after the move: %+v, want seq %d", dropped, es, ents[dropped].Seq)
+	}
+	var left int
+	s.ldb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name IN ('hashes', 'bodies') OR name LIKE 'hashes_%' OR name LIKE 'bodies_%'`).Scan(&left)
+	if left != 0 {
+		t.Errorf("%d of the old tables' objects are left", left)
+	}
+	l.append(t, 40, 200)
+	l.check(t, dropped)
+	if got, err := s.DropLedgerBodies(context.Background(), 3, 1000); err != nil || got != 50 {
+		t.Errorf("a drop after the move: below %d (%v), want 50 (the mark)", got, err)
+	}
+	l.check(t, 50)
 }
