@@ -17,9 +17,15 @@
 // then reads the missing commands' events back from the log and appends
 // them, in order, before anything newer. An append moves the position only
 // from where the writer last saw it, in the same transaction as its
-// entries, so an event is never written twice; the log is trimmed only
-// behind the position (store.Options.LogKeepAfter), so none is missing.
-// Ledger failures are logged and retried; they never reach a lease.
+// entries, so an event is never written twice.
+//
+// ledger.db is not synced on each write (the log it is derived from is):
+// a power cut may lose its newest transactions, position and entries
+// together, and the writer then appends them again from the log. Once a
+// second the writer makes ledger.db durable (store.SyncLedger) and records
+// the positions that were on disk before it; the log is trimmed only
+// behind that durable position (store.Options.LogKeepAfter), so none is
+// missing. Ledger failures are logged and retried; they never reach a lease.
 //
 // # Checkpoints
 //
@@ -80,6 +86,9 @@ type Config struct {
 	// RetainEvery is how often bodies past Retention are looked for; 0
 	// means a minute.
 	RetainEvery time.Duration
+	// SyncEvery is how often the writer makes ledger.db durable (and so
+	// lets the log be trimmed behind what it wrote); 0 means a second.
+	SyncEvery time.Duration
 }
 
 // Ledger is every workspace's ledger. Create it with New, Start it, Stop it.
@@ -117,6 +126,7 @@ type wsLedger struct {
 
 	mu         sync.Mutex
 	pos        store.LedgerPos // on disk
+	durable    store.LedgerPos // on disk and synced (SyncLedger)
 	loaded     bool
 	cache      [][32]byte // recent stored hashes, from index cacheStart on
 	cacheStart int64
@@ -151,6 +161,9 @@ func New(cfg Config) (*Ledger, error) {
 	}
 	if cfg.RetainEvery <= 0 {
 		cfg.RetainEvery = time.Minute
+	}
+	if cfg.SyncEvery <= 0 {
+		cfg.SyncEvery = time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -265,7 +278,7 @@ func (l *Ledger) Notify(ws, seq int64, events []kernel.Event) {
 }
 
 // KeepAfter is the seq after which a workspace's log must be kept: its
-// ledger position (0 before the ledger has read it).
+// ledger's durable position (0 before the ledger has synced what it read).
 func (l *Ledger) KeepAfter(ws int64) int64 {
 	w := l.get(ws)
 	if w == nil {
@@ -273,10 +286,38 @@ func (l *Ledger) KeepAfter(ws int64) int64 {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.loaded {
-		return 0
+	return w.durable.Seq
+}
+
+// Sync makes what the writer wrote durable and moves each workspace's
+// durable position (KeepAfter) to where it was before; the writer calls it
+// every Config.SyncEvery, and once more when it stops. It may run beside
+// the writer: a position is read only once its append has committed, so
+// the sync that follows covers it.
+func (l *Ledger) Sync() error {
+	ws := l.all()
+	pos := make([]store.LedgerPos, len(ws))
+	ok := make([]bool, len(ws))
+	for i, w := range ws {
+		w.mu.Lock()
+		pos[i], ok[i] = w.pos, w.loaded
+		w.mu.Unlock()
 	}
-	return w.pos.Seq
+	done, err := l.st.SyncLedger(context.Background())
+	if err != nil || !done {
+		return err
+	}
+	for i, w := range ws {
+		if !ok[i] {
+			continue
+		}
+		w.mu.Lock()
+		if pos[i].Seq > w.durable.Seq {
+			w.durable = pos[i]
+		}
+		w.mu.Unlock()
+	}
+	return nil
 }
 
 // Stats are the ledger's counters.
@@ -301,6 +342,8 @@ func (l *Ledger) writer() {
 	defer l.done.Done()
 	retry := time.NewTicker(200 * time.Millisecond)
 	defer retry.Stop()
+	syncT := time.NewTicker(l.cfg.SyncEvery)
+	defer syncT.Stop()
 	var batch []item
 	for {
 		batch = batch[:0]
@@ -332,6 +375,10 @@ func (l *Ledger) writer() {
 			gather.Stop()
 		case <-l.wake:
 		case <-retry.C:
+		case <-syncT.C:
+			if err := l.Sync(); err != nil {
+				l.log.Warn("ledger sync failed: the log is kept until one succeeds", "err", err)
+			}
 		case <-l.stop:
 			stopping = true
 		}
@@ -348,6 +395,9 @@ func (l *Ledger) writer() {
 		if stopping {
 			// One more pass for what the last one left behind.
 			l.write(nil)
+			if err := l.Sync(); err != nil {
+				l.log.Warn("ledger sync failed at stop: the log is kept", "err", err)
+			}
 			return
 		}
 	}

@@ -21,8 +21,11 @@
 //     is derived from the durable log; the log is trimmed only behind the
 //     point the ledger has caught up to (Options.LogKeepAfter);
 //   - the ledger (in DIR/ledger.db, a file of its own, ledger.go): entries
-//     and their stored tree hashes a batch a row, the grants' look-up,
-//     signed checkpoints, each workspace's position and retention marks;
+//     packed and compressed 32 a row with the tree hashes of whole rows,
+//     the grants' look-up, signed checkpoints, each workspace's position and
+//     retention marks; written with synchronous=NORMAL (WAL), since it is
+//     derived from the log and rebuilt from it: SyncLedger makes it durable
+//     up to a point, and the log is trimmed only behind that point;
 //   - events (in DIR/events.db, a file of its own): every kernel event, one
 //     row each, append-only (triggers refuse UPDATE and DELETE); written best
 //     effort, never in the way of a command, and only by a server without a
@@ -207,6 +210,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// The files and their settings: the log and the keys (foreign keys
 	// on), events (a best-effort record, synchronous NORMAL), the ledger
+	// (rebuilt from the log: synchronous NORMAL, made durable by SyncLedger)
 	// and the snapshots, each with its own pool.
 	files := [...]struct {
 		name, pragmas string
@@ -214,7 +218,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}{
 		{FileName, "&_pragma=synchronous(FULL)&_pragma=foreign_keys(on)", 4},
 		{EventsFileName, "&_pragma=synchronous(NORMAL)", 2},
-		{LedgerFileName, "&_pragma=synchronous(FULL)", 4},
+		{LedgerFileName, "&_pragma=synchronous(NORMAL)", 4},
 		{SnapshotsFileName, "&_pragma=synchronous(FULL)", 2},
 	}
 	var dbs []*sql.DB

@@ -1,0 +1,71 @@
+package ledger
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/server/store"
+)
+
+// TestKeepAfterDurable: the log may be trimmed only behind what ledger.db
+// has synced, not behind what it merely wrote: KeepAfter stays where the
+// last sync left it while the ledger grows, and moves to the position once
+// a sync covers it.
+func TestKeepAfterDurable(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	commit := func(from, to int) {
+		var recs []store.Record
+		for i := from; i <= to; i++ {
+			ev := `[{"type":"coordination.lease","atMs":` + strconv.Itoa(1000+i) + `,"resource":"lock:r` + strconv.Itoa(i) + `"}]`
+			recs = append(recs, store.Record{Workspace: 1, Seq: int64(i), NowMs: int64(1000 + i), Op: "acquire", Body: []byte("{}"), Status: 200, Events: []byte(ev)})
+		}
+		if err := st.Commit(recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(1, 10)
+	l, err := New(Config{Store: st, DataDir: dir, SyncEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Start()
+	t.Cleanup(l.Stop)
+	if err := l.Workspace(1, "sync"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := l.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.KeepAfter(1); got != 0 {
+		t.Fatalf("KeepAfter before any sync: %d, want 0", got)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.KeepAfter(1); got != 10 {
+		t.Fatalf("KeepAfter after a sync: %d, want 10", got)
+	}
+	commit(11, 20)
+	l.Notify(1, 20, nil) // the writer reads 11..20 back from the log
+	if err := l.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.KeepAfter(1); got != 10 {
+		t.Fatalf("KeepAfter after unsynced writes: %d, want 10 (the last sync)", got)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.KeepAfter(1); got != 20 {
+		t.Fatalf("KeepAfter after the second sync: %d, want 20", got)
+	}
+}
