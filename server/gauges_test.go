@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,45 @@ leaseplane_workspace_resources{workspace="default"} 0
 leaseplane_workspace_waiters{workspace="default"} 0`
 	if got := gauges(); got != want {
 		t.Errorf("gauges after the releases:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestLedgerGauges: /metrics gives each workspace's ledger entries and the
+// bytes they keep, both growing with the ledger.
+func TestLedgerGauges(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	read := func() (entries, bytes float64) {
+		t.Helper()
+		st, _, b := ts.do("GET", "/metrics", "", "")
+		if st != 200 {
+			t.Fatalf("/metrics: %d", st)
+		}
+		entries, bytes = -1, -1
+		for _, l := range strings.Split(string(b), "\n") {
+			name, v, _ := strings.Cut(l, " ")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch name {
+			case `leaseplane_ledger_entries{workspace="default"}`:
+				entries = f
+			case `leaseplane_ledger_bytes{workspace="default"}`:
+				bytes = f
+			}
+		}
+		return entries, bytes
+	}
+	for i := range 40 {
+		ts.lease("lock:g"+strconv.Itoa(i), "did:example:one")
+	}
+	ts.ledgerWait()
+	e1, b1 := read()
+	if e1 != 40 || b1 <= 0 || b1 > 40*200 {
+		t.Fatalf("after 40 grants: %v entries, %v bytes", e1, b1)
+	}
+	for i := range 40 {
+		ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:g`+strconv.Itoa(i)+`","actorDid":"did:example:one"}`)
+	}
+	ts.ledgerWait()
+	if e2, b2 := read(); e2 != 80 || b2 <= b1 {
+		t.Errorf("after 40 releases more: %v entries, %v bytes (were %v)", e2, b2, b1)
 	}
 }
