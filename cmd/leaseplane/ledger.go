@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -31,11 +32,13 @@ const ledgerHelp = `usage: leaseplane ledger VERB [FLAGS]
                                       entries' bodies after its period; their hashes stay)
   watch  --url URL --file FILE        append each new checkpoint to FILE after checking that it is
          [--every 10s] [--once]       signed by the workspace's key and consistent with the last one
+  status --data DIR --workspace W     print the ledger's entries, the bytes they keep on disk, the oldest
+                                      body kept and the export mark (a running server may hold DIR)
 
 A bundle or receipt is checked offline with: leaseplane verify --key VKEY FILE`
 
 func runLedger(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return runSubverb("ledger", ledgerHelp, map[string]subverb{"key": ledgerKey, "export": ledgerExport, "watch": ledgerWatch},
+	return runSubverb("ledger", ledgerHelp, map[string]subverb{"key": ledgerKey, "export": ledgerExport, "watch": ledgerWatch, "status": ledgerStatus},
 		args, stdout, stderr)
 }
 
@@ -79,6 +82,66 @@ func ledgerKey(args []string, stdout, stderr io.Writer) int {
 		return exitRefused
 	}
 	fmt.Fprintln(stdout, v)
+	return exitOK
+}
+
+// ledgerStatus prints what a workspace's ledger keeps, from the data folder.
+func ledgerStatus(args []string, stdout, stderr io.Writer) int {
+	fs := ledgerFlags("status", "status --data DIR --workspace W", stderr)
+	data := fs.String("data", "./data", "the plane's data folder")
+	wsName := fs.String("workspace", "default", "the workspace")
+	if st, ok := parseCount(fs, args, 0); !ok {
+		return st
+	}
+	if _, err := os.Stat(filepath.Join(*data, store.LedgerFileName)); err != nil {
+		fmt.Fprintf(stderr, "leaseplane ledger status: no ledger in %s (%v)\n", *data, err)
+		return exitRefused
+	}
+	st, err := store.Open(*data, store.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane ledger status: %v\n", err)
+		return exitRefused
+	}
+	defer st.Close()
+	ws, err := st.WorkspaceByName(*wsName)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane ledger status: no workspace %q in %s\n", *wsName, *data)
+		return exitRefused
+	}
+	ctx := context.Background()
+	u, err := st.LedgerUsageOf(ctx, ws.ID)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane ledger status: %v\n", err)
+		return exitRefused
+	}
+	oldest, written, kept, err := st.LedgerOldestBody(ctx, ws.ID)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane ledger status: %v\n", err)
+		return exitRefused
+	}
+	per := "-"
+	if u.Entries > 0 {
+		per = strconv.FormatFloat(float64(u.Bytes)/float64(u.Entries), 'f', 1, 64)
+	}
+	fmt.Fprintf(stdout, "workspace     %s\n", *wsName)
+	fmt.Fprintf(stdout, "entries       %d\n", u.Entries)
+	fmt.Fprintf(stdout, "bytes         %d (%s an entry; bodies, tree hashes and grant look-ups, without SQLite's page overhead)\n", u.Bytes, per)
+	if fi, err := os.Stat(filepath.Join(*data, store.LedgerFileName)); err == nil {
+		fmt.Fprintf(stdout, "ledger.db     %d bytes (every workspace)\n", fi.Size())
+	}
+	switch {
+	case kept:
+		fmt.Fprintf(stdout, "oldest body   entry %d, written %s\n", oldest, time.UnixMilli(written).UTC().Format(time.RFC3339))
+	case u.Entries == 0:
+		fmt.Fprintf(stdout, "oldest body   none (no entries)\n")
+	default:
+		fmt.Fprintf(stdout, "oldest body   none kept (retention dropped the bodies below %d)\n", u.BodiesFrom)
+	}
+	if u.Exported == 0 {
+		fmt.Fprintf(stdout, "export mark   none (no export recorded: retention drops nothing)\n")
+	} else {
+		fmt.Fprintf(stdout, "export mark   %d (bodies dropped below %d)\n", u.Exported, u.BodiesFrom)
+	}
 	return exitOK
 }
 

@@ -310,3 +310,37 @@ func TestServeLedgerRetentionFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerStatus: ledger status reads a data folder (here one whose
+// ledger.db the build before packed rows wrote, packed as it opens) and
+// prints its entries, bytes, the oldest body kept and the export mark;
+// a workspace that is not there is refused.
+func TestLedgerStatus(t *testing.T) {
+	src := filepath.Join("..", "..", "server", "testdata", "ledger-rows32", "data")
+	dir := t.TempDir()
+	for _, f := range []string{"leaseplane.db", "ledger.db", "snapshots.db", "events.db"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"ledger", "status", "--data", dir}, nil, &out, &errb); code != 0 {
+		t.Fatalf("ledger status: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"workspace     default\n", "entries       103\n", " an entry;", "oldest body   entry 0, written 2026-",
+		"export mark   93 (bodies dropped below 0)\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("ledger status prints\n%s\nwithout %q", out.String(), want)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"ledger", "status", "--data", dir, "--workspace", "nope"}, nil, &out, &errb); code != exitRefused ||
+		!strings.Contains(errb.String(), `no workspace "nope"`) {
+		t.Errorf("status of a missing workspace: exit %d, %q", code, errb.String())
+	}
+}

@@ -37,7 +37,7 @@ var commands = []command{
 	{"exec", "run a command while holding a lease: exec RESOURCE --as DID [--timeout DUR] -- CMD ARGS...", runExec},
 	{"mcp", "serve the lease tools to an MCP client on stdio, forwarding to a running plane ($LEASEPLANE_URL, $LEASEPLANE_KEY)", runMCP},
 	{"replay", "replay a scenario file (or - for stdin) and print its transcript", runReplay},
-	{"ledger", "the signed ledger: ledger key | export | watch (see ledger -h)", runLedger},
+	{"ledger", "the signed ledger: ledger key | export | watch | status (see ledger -h)", runLedger},
 	{"verify", "check a receipt or a ledger bundle offline: verify --key VKEY FILE", runVerify},
 	{"drill", "run the six drills against the plane: drill [--wait] (operator key)", runDrill},
 	{"detect", "find leases that should never have coexisted: detect --key VKEY BUNDLE | detect --events FILE", runDetect},

@@ -415,8 +415,9 @@ func (s *Store) DropLedgerBodies(ctx context.Context, ws, beforeMs int64) (int64
 	return upTo, nil
 }
 
-// LedgerUsage is what a workspace's ledger keeps: its entries, the bodies
-// still kept (from index BodiesFrom on) and the bytes of its rows.
+// LedgerUsage is what a workspace's ledger keeps: its entries, the index
+// below which retention dropped the bodies, the export mark and the bytes
+// of its rows.
 type LedgerUsage struct {
 	Entries, BodiesFrom, Exported int64
 	// Bytes are the bytes of the workspace's stored values (packed bodies,
@@ -441,6 +442,24 @@ func (s *Store) LedgerUsageOf(ctx context.Context, ws int64) (LedgerUsage, error
 		return u, fmt.Errorf("store: read the ledger usage of workspace %d: %w", ws, err)
 	}
 	return u, nil
+}
+
+// LedgerOldestBody is the index of the oldest entry body a workspace's
+// ledger keeps and the time it was written; ok is false when none is kept.
+func (s *Store) LedgerOldestBody(ctx context.Context, ws int64) (index, writtenMs int64, ok bool, err error) {
+	var data []byte
+	err = s.ldb.QueryRowContext(ctx, `SELECT first, data FROM body_rows WHERE workspace_id = ? ORDER BY first LIMIT 1`, ws).Scan(&index, &data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("store: read the oldest ledger body of workspace %d: %w", ws, err)
+	}
+	es, err := unpack(data)
+	if err != nil || len(es) == 0 {
+		return 0, 0, false, fmt.Errorf("store: the ledger row of entry %d of workspace %d is damaged", index, ws)
+	}
+	return index, es[0].Time, true, nil
 }
 
 // migrateLedger brings a ledger.db of an earlier layout to this one, each
