@@ -7,7 +7,7 @@ BIN     := bin/leaseplane
 # of its count of inputs below.
 FUZZTIME ?=
 
-.PHONY: check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
+.PHONY: test-python deps-python check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
         wasm check-wasm test-fresh static test-static release bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
@@ -109,7 +109,7 @@ check-wasm:
 # The Node suites run last, so that a passing run ends with node --test's
 # summary (# pass N, # fail 0), which a CI runner recognises; a failing
 # one ends with make's error.
-test: check-tree check-wasm check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-browser test-worker
+test: check-tree check-wasm check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-python test-browser test-worker
 
 # test-go leaves the parity run to its own target, which prints its seed.
 test-go: test-bench-tool
@@ -180,6 +180,24 @@ test-node:
 	node --test wasm/js/leaseplane.test.js
 	test -d node_modules/@modelcontextprotocol/sdk || npm ci
 	node --test server/mcp/mcp.test.mjs
+
+# test-python installs the Python client (server/client/python, standard
+# library only) into a fresh virtual environment the way users without a
+# package index do (Debian's python3-venv, python3-wheel and setuptools,
+# --no-build-isolation), then runs its unittest suite against the built
+# binary's `leaseplane serve`.
+PYVENV := bin/pyvenv
+PYTHON := /usr/bin/python3
+deps-python:
+	$(PYTHON) -c 'import venv, ensurepip, setuptools, wheel' 2>/dev/null || \
+		(apt-get update && apt-get install -y python3-venv python3-wheel python3-setuptools)
+
+test-python: build deps-python
+	rm -rf $(PYVENV) && $(PYTHON) -m venv --system-site-packages $(PYVENV)
+	rm -rf bin/pyclient && cp -r server/client/python bin/pyclient   # the build's files stay out of the tree
+	$(PYVENV)/bin/pip install --quiet --no-index --no-build-isolation ./bin/pyclient
+	cd server/client/python/tests && PYTHONDONTWRITEBYTECODE=1 LEASEPLANE_BIN=$(CURDIR)/$(BIN) \
+		$(CURDIR)/$(PYVENV)/bin/python -m unittest -v
 
 # test-browser drives Debian's chromium with playwright-core through the
 # playground and the docs, served by `leaseplane serve` and as a static site,

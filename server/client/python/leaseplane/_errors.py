@@ -1,0 +1,171 @@
+"""The errors the plane answers, one class per reason."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Type
+
+
+class LeaseplaneError(Exception):
+    """A refusal of the plane, or a failure to talk to it.
+
+    ``reason`` is the plane's reason (such as ``"lease_held"``), ``status``
+    the HTTP status (0 when no answer came), ``answer`` the whole JSON
+    answer as a dict and ``retry_after`` the seconds of its Retry-After
+    header (None without one).
+    """
+
+    reason: str = "error"
+
+    def __init__(self, message: str, *, status: int = 0, answer: Optional[Mapping[str, Any]] = None,
+                 retry_after: Optional[float] = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.answer: Dict[str, Any] = dict(answer or {})
+        if "reason" in self.answer:
+            self.reason = str(self.answer["reason"])
+        self.retry_after = retry_after
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class LeaseHeld(LeaseplaneError):
+    """The resource is held by another agent, or claims of waiters ahead
+    stand in the way (then ``holder`` is None and ``claimants`` names them).
+    ``wait_ms`` is the back-off the plane advises; ``admitted`` the first
+    waiters, in queue order."""
+
+    reason = "lease_held"
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        a = self.answer
+        self.holder: Optional[str] = a.get("holder")
+        self.holders: List[str] = list(a.get("holders") or [])
+        self.claimants: List[str] = list(a.get("claimants") or [])
+        st = a.get("stampede") or {}
+        self.wait_ms: int = int(st.get("waitMs", 0) or 0)
+        self.admitted: List[str] = list(st.get("admitted") or [])
+
+
+class Deadlock(LeaseplaneError):
+    """Waiting would never end: ``holder`` holds the resource and waits on
+    ``waiting_on``; ``cycle`` is the loop of agents and resources. Release
+    something you hold and try again."""
+
+    reason = "deadlock"
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.holder: Optional[str] = self.answer.get("holder")
+        self.waiting_on: Optional[str] = self.answer.get("waitingOn")
+        self.cycle: List[str] = list(self.answer.get("cycle") or [])
+
+
+class Suspended(LeaseplaneError):
+    """An operator has suspended this agent: nothing is granted to it until
+    it is resumed."""
+
+    reason = "suspended"
+
+
+class LimitExceeded(LeaseplaneError):
+    """A workspace limit (``limit``, at most ``max``) or a request limit."""
+
+    reason = "limit_exceeded"
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.limit: Optional[str] = self.answer.get("limit")
+        self.max: Optional[int] = self.answer.get("max")
+
+
+class Cancelled(LeaseplaneError):
+    """A held request ended because the agent released or asked again."""
+
+    reason = "cancelled"
+
+
+class StaleLease(LeaseplaneError):
+    """The lease id named is not a live lease of this agent on the resource."""
+
+    reason = "stale_lease"
+
+
+class Unauthorized(LeaseplaneError):
+    """The key is missing, unknown or revoked."""
+
+    reason = "unauthorized"
+
+
+class ActorMismatch(LeaseplaneError):
+    """An agent key named another agent."""
+
+    reason = "actor_mismatch"
+
+
+class Forbidden(LeaseplaneError):
+    """The key's role may not do this (an operator route with a workspace key)."""
+
+    reason = "forbidden"
+
+
+class InvalidRequest(LeaseplaneError):
+    """The request is malformed; the message names the field."""
+
+    reason = "invalid_request"
+
+
+class Unavailable(LeaseplaneError):
+    """The plane cannot decide now (nothing was granted); retry after
+    ``retry_after`` seconds."""
+
+    reason = "unavailable"
+
+
+class NotFound(LeaseplaneError):
+    """No such route or thing."""
+
+    reason = "not_found"
+
+
+class AgentBusy(LeaseplaneError):
+    """An operator's forget of an agent that still holds or waits."""
+
+    reason = "agent_busy"
+
+
+class Gone(LeaseplaneError):
+    """Events or entries that retention dropped."""
+
+    reason = "gone"
+
+
+class PlaneUnreachable(LeaseplaneError, ConnectionError):
+    """The plane could not be reached (no connection, a cut answer)."""
+
+    reason = "unreachable"
+
+
+class LeaseLost(LeaseplaneError):
+    """A lease held with ``plane.lease(...)`` was lost while the block ran:
+    revoked (an operator suspended the agent), expired, or the plane could
+    not be reached before it lapsed. Raised when the block exits."""
+
+    reason = "lost"
+
+
+_BY_REASON: Dict[str, Type[LeaseplaneError]] = {c.reason: c for c in (
+    LeaseHeld, Deadlock, Suspended, LimitExceeded, Cancelled, StaleLease, Unauthorized, ActorMismatch,
+    Forbidden, InvalidRequest, Unavailable, NotFound, AgentBusy, Gone)}
+
+
+def error_of(status: int, answer: Mapping[str, Any], retry_after: Optional[float]) -> LeaseplaneError:
+    """The exception for a refusal answer."""
+    reason = str(answer.get("reason", ""))
+    cls = _BY_REASON.get(reason, LeaseplaneError)
+    msg = str(answer.get("error") or reason or "HTTP %d" % status)
+    if reason and reason not in msg:
+        msg = "%s: %s" % (reason, msg)
+    return cls(msg, status=status, answer=answer, retry_after=retry_after)
