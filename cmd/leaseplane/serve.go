@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -79,6 +80,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (and its chain); needs --tls-key")
 	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
 	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file, from its start until it stops (read it with go tool pprof)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
 		printFlags(fs)
@@ -143,6 +145,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		return 1
 	}
 	defer ln.Close()
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "leaseplane serve: --cpuprofile %s: %v\n", *cpuProfile, err)
+			return 2
+		}
+		defer stopProfile()
+	}
 	factory, err := mk()
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane serve: engine %s: %v\n", *engine, err)
@@ -249,6 +259,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		}
 		return 0
 	}
+}
+
+// startCPUProfile starts profiling this process's CPU into a new file at
+// path; the caller must call stop, which writes the profile's end and
+// closes the file, before the process exits.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // loopbackOnly reports whether addr can be reached only from this machine.

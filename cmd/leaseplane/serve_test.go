@@ -806,3 +806,38 @@ func TestServeEnvironment(t *testing.T) {
 		t.Errorf("LEASEPLANE_DATA was not used: %v", err)
 	}
 }
+
+// TestServeCPUProfile: --cpuprofile writes a CPU profile (gzip-compressed
+// protobuf, as runtime/pprof writes it) once serve stops; a profile path
+// that cannot be created stops serve before it serves, naming the flag.
+func TestServeCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.prof")
+	s := serveInProcess(t, []string{"--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--log-level", "warn", "--cpuprofile", prof},
+		serveEnv{clock: time.Now})
+	for range 20 {
+		resp, err := http.Get(s.url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	s.stop()
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatalf("no profile after serve stopped: %v", err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("profile is %d bytes, not gzip: % x", len(b), b[:min(len(b), 8)])
+	}
+
+	var out, errs servertest.Buffer
+	bad := filepath.Join(dir, "missing", "cpu.prof")
+	code := serve(context.Background(), []string{"--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data2"), "--cpuprofile", bad}, &out, &errs, serveEnv{clock: time.Now})
+	if code != 2 || !strings.Contains(errs.String(), "--cpuprofile "+bad) {
+		t.Errorf("unwritable profile: exit %d, stderr %q; want 2 naming --cpuprofile", code, errs.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data2")); err == nil {
+		t.Errorf("serve created its data folder although its profile could not be written")
+	}
+}
