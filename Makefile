@@ -219,11 +219,18 @@ check-generated: generate
 	@git diff --exit-code --stat -- web/corpus 'web/*_templ.go' || { echo "check-generated: generated files are stale: run make generate and commit them"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- web/corpus 'web/*_templ.go')" || { git status --short -- web/corpus 'web/*_templ.go'; echo "check-generated: new generated files are not committed: run make generate and commit them"; exit 1; }
 
+# bench: the kernel's benchmarks, then the server load (docs/BENCHMARKS.md
+# "Server load"): `leaseplane serve` as its own process against Redis
+# (go-redis) and etcd (clientv3 concurrency.Mutex), spread, contended and
+# queue (held and polled), each figure the median of BENCH_RUNS runs
+# (about 5 minutes for 3). On a quiet machine only: figures taken while
+# other work runs are not comparable. BENCH_FLAGS adds flags, such as
+# --engines native,wasm or --cpuprofile server.prof.
+BENCH_RUNS ?= 3
+BENCH_FLAGS ?=
 bench: deps-bench
 	$(GO) test -run '^$$' -bench . -benchmem ./kernel
-# Server load: both engines against Redis (go-redis) and etcd (clientv3
-# concurrency.Mutex), three workloads (docs/BENCHMARKS.md "Server load").
-	cd $(BENCH_TOOL) && $(GO) run . --clients 64 --duration 5s --engines native,wasm
+	cd $(BENCH_TOOL) && $(GO) run . --clients 64 --duration 5s --runs $(BENCH_RUNS) $(BENCH_FLAGS)
 
 # worker builds the Cloudflare Workers tier into bin/worker (docs/WORKERS.md):
 # the Go front worker (cmd/worker, GOOS=js, with syumai/workers' glue),

@@ -6,18 +6,23 @@
 // repository's root module) so that go-redis and etcd's client never enter
 // the product's dependencies: `go build ./cmd/leaseplane` pulls in neither.
 //
-// Targets, each started by the tool on loopback:
-//   - leaseplane/ENGINE: the real server (server.New, a temporary data folder,
-//     durable SQLite with group commit) in this process, driven through its
-//     REST client, server/client (client.Holder when it has to wait);
+// Targets, each started by the tool on loopback, afresh for every
+// workload:
+//   - leaseplane/ENGINE: `leaseplane serve` as its own process, as users
+//     run it (the binary built from this repository, or --server-binary; a
+//     temporary data folder; --addr 127.0.0.1:0; the key its first start
+//     prints), driven through its REST client, server/client;
+//     with --in-process, leaseplane/ENGINE/in-process: the real server
+//     (server.New) inside the tool's own process instead;
 //   - redis and redis-aof: Debian's redis-server without persistence, and
 //     with appendonly and appendfsync always, driven by go-redis v9
 //     (SET NX with a 30 s expiry, released by a Lua compare-and-delete;
 //     a refused client retries after 50-250 ms, redsync's default);
 //   - etcd: a single-node etcd (Debian's etcd-server, fsync on), driven by
 //     clientv3's concurrency.Mutex (Lock waits on a watch);
-//   - bare-map (--bare): the lease routes on a Go map behind net/http, the
-//     ceiling of the HTTP stack and the load generator.
+//   - bare-map (--bare): the lease routes on a Go map behind net/http in
+//     the tool's process, the ceiling of the HTTP stack and the load
+//     generator.
 //
 // Workloads, each with 64 clients by default:
 //   - spread: each client on resources of its own, acquire+release pairs;
@@ -25,6 +30,9 @@
 //     system's users wait, releasing at once;
 //   - queue: the same, but each holder works 1 ms before releasing, so
 //     queues form; its figure is the time from the first ask to the grant.
+//     leaseplane is measured twice: held (client.Holder: the plane holds
+//     each acquire, ?waitUpToMs) and polled (ask, sleep the refusal's
+//     stampede.waitMs, ask again).
 package main
 
 import (
@@ -34,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -56,12 +65,14 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// target is one system under load.
+// target is one system under load, started for one workload.
 type target interface {
 	name() string
-	// worker makes client i, with a connection of its own.
-	worker(i int) (worker, error)
-	close()
+	// worker makes client i, with a connection of its own. polled asks a
+	// leaseplane worker to poll (sleep stampede.waitMs and ask again)
+	// instead of having its acquires held; peers ignore it.
+	worker(i int, polled bool) (worker, error)
+	close() error
 }
 
 // worker is one client. acquire returns once the lock on res is granted,
@@ -88,11 +99,13 @@ func (a commitStats) minus(b commitStats) commitStats {
 	return commitStats{a.commits - b.commits, a.commands - b.commands, a.seconds - b.seconds}
 }
 
-// result is one workload's figures on one target.
+// result is one workload's figures on one target in one run.
 type result struct {
 	target, workload string
+	run              int // 0 for the first
 	elapsed          time.Duration
-	pairs            int64
+	pairs            int64 // pairs begun and ended inside the measured span
+	made             int64 // every pair completed, warm-up and stop included
 	errors           int64
 	firstErr         error
 	pairLat          []time.Duration // ask to released, per pair
@@ -110,6 +123,15 @@ func (r result) cpuPerPair() time.Duration {
 	return r.cpu / time.Duration(r.pairs)
 }
 
+// latency is the workload's latency: ask to grant in the queue workload,
+// the whole pair otherwise.
+func (r result) latency() []time.Duration {
+	if r.workload == "queue" {
+		return r.grantLat
+	}
+	return r.pairLat
+}
+
 // pct is the p-quantile of sorted latencies.
 func pct(lat []time.Duration, p float64) time.Duration {
 	if len(lat) == 0 {
@@ -120,25 +142,61 @@ func pct(lat []time.Duration, p float64) time.Duration {
 
 const help = `usage: leaseplane-bench [flags]
 
-Measures durable leaseplane against Redis (go-redis) and etcd
-(clientv3 concurrency.Mutex), each started by the tool on loopback, with N
-clients in three workloads (spread, contended, queue), and prints one
-table per workload with each target's ratio to etcd and to Redis.
-See docs/BENCHMARKS.md "Server load".`
+Measures durable leaseplane (leaseplane serve as its own process, built
+from this repository) against Redis (go-redis) and etcd (clientv3
+concurrency.Mutex), each started by the tool on loopback, with N clients
+in three workloads (spread, contended, queue; queue both held and polled
+for leaseplane), and prints one table per workload with each target's
+ratio to etcd and to Redis, then the issues' goals. With --runs N, each
+figure is the median of N runs. See docs/BENCHMARKS.md "Server load".`
+
+// spec is a target the tool can start.
+type spec struct {
+	label string
+	plane bool // leaseplane: the queue workload runs held and polled
+	// open starts the target; profile, when set, is where a leaseplane
+	// target's CPU profile goes.
+	open func(profile string) (target, error)
+}
+
+// job is one measurement: a target, a workload and, for leaseplane in the
+// queue workload, the way its clients wait.
+type job struct {
+	spec
+	workload string
+	polled   bool
+}
+
+// row is the job's label in its workload's table.
+func (j job) row() string {
+	if !j.plane || j.workload != "queue" {
+		return j.label
+	}
+	if j.polled {
+		return j.label + "/polled"
+	}
+	return j.label + "/held"
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("leaseplane-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	clients := fs.Int("clients", 64, "concurrent clients")
 	dur := fs.Duration("duration", 5*time.Second, "measured time per workload (after a 0.5 s warm-up)")
+	runs := fs.Int("runs", 1, "runs of every target and workload; each figure printed is the median of the runs")
 	engineList := fs.String("engines", "native", "comma-separated leaseplane engines: native, wasm (empty: none)")
+	inProcess := fs.Bool("in-process", false, "run the leaseplane server inside this process (server.New) instead of as `leaseplane serve`; its rows say /in-process")
+	serverBin := fs.String("server-binary", "", "the leaseplane binary to run (default: built from this repository into a temporary folder)")
 	peers := fs.String("peers", "redis,redis-aof,etcd", "comma-separated peers: redis, redis-aof, etcd (empty: none)")
-	bare := fs.Bool("bare", false, "also measure a bare in-memory map behind net/http (the HTTP stack's ceiling)")
+	bare := fs.Bool("bare", false, "also measure a bare in-memory map behind net/http, in this process (the HTTP stack's ceiling)")
 	workloads := fs.String("workloads", "spread,contended,queue", "comma-separated workloads: spread, contended, queue")
-	jitter := fs.Bool("jitter", false, "leaseplane clients that must wait sleep waitMs plus a random part of it (at most half, at most 500 ms), not waitMs exactly")
+	queueWaits := fs.String("queue-waits", "held,polled", "how leaseplane's clients wait in the queue workload, comma-separated: held (?waitUpToMs), polled (sleep stampede.waitMs)")
+	jitter := fs.Bool("jitter", false, "polling leaseplane clients sleep waitMs plus a random part of it (at most half, at most 500 ms), not waitMs exactly")
 	noLedger := fs.Bool("no-ledger", false, "also measure each engine with the signed ledger off (what the ledger costs)")
 	rawClient := fs.Bool("raw-client", false, "drive leaseplane with a minimal HTTP/1.1 client instead of server/client over net/http")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the leaseplane runs (server and load generator) to this file")
+	batch := fs.Int("batch", 0, "prototype, spread only: each leaseplane client is an orchestrator for B agents and sends their acquires, then their releases, in one request each (--clients/B orchestrators); needs a server with the prototype batch route, which the product does not have (docs/BENCHMARKS.md)")
+	h2c := fs.Int("h2c", 0, "prototype: leaseplane's clients share N HTTP/2 connections without TLS (prior knowledge) instead of one HTTP/1.1 connection each; needs a server that speaks h2c, which the product does not today (docs/BENCHMARKS.md)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the first leaseplane target's first workload (spread by default) in the first run to this file: of the server process (its serve --cpuprofile), or with --in-process of this process (server and load generator)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, help)
 		fmt.Fprintln(stderr, "\nflags:")
@@ -162,10 +220,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leaseplane-bench: --duration %s: want a positive duration\n", *dur)
 		return exitUsage
 	}
+	if *runs < 1 || *runs > 100 {
+		fmt.Fprintf(stderr, "leaseplane-bench: --runs %d: want 1 to 100\n", *runs)
+		return exitUsage
+	}
 	wls, ok := list(stderr, "workload", *workloads, []string{"spread", "contended", "queue"})
 	if !ok || len(wls) == 0 {
 		if ok {
 			fmt.Fprintln(stderr, "leaseplane-bench: --workloads: name at least one")
+		}
+		return exitUsage
+	}
+	waits, ok := list(stderr, "queue wait", *queueWaits, []string{"held", "polled"})
+	if !ok || len(waits) == 0 {
+		if ok {
+			fmt.Fprintln(stderr, "leaseplane-bench: --queue-waits: name at least one")
 		}
 		return exitUsage
 	}
@@ -177,92 +246,183 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-
-	type mk struct {
-		label string
-		open  func() (target, error)
-	}
-	var targets []mk
-	for _, e := range engs {
-		targets = append(targets, mk{"leaseplane/" + e, func() (target, error) { return openPlane(e, *clients, *rawClient, *jitter, false) }})
-		if *noLedger {
-			targets = append(targets, mk{"leaseplane/" + e + "/no-ledger", func() (target, error) { return openPlane(e, *clients, *rawClient, *jitter, true) }})
-		}
-	}
-	if *bare {
-		targets = append(targets, mk{"bare-map", func() (target, error) { return openBare(*clients) }})
-	}
-	for _, p := range ps {
-		switch p {
-		case "redis":
-			targets = append(targets, mk{p, func() (target, error) { return openRedis(false) }})
-		case "redis-aof":
-			targets = append(targets, mk{p, func() (target, error) { return openRedis(true) }})
-		case "etcd":
-			targets = append(targets, mk{p, openEtcd})
-		}
-	}
-	if len(targets) == 0 {
-		fmt.Fprintln(stderr, "leaseplane-bench: no targets: name an engine or a peer")
+	if *h2c < 0 || *h2c > *clients || (*h2c > 0 && *rawClient) {
+		fmt.Fprintf(stderr, "leaseplane-bench: --h2c %d: want 0 to --clients, and not with --raw-client\n", *h2c)
 		return exitUsage
 	}
-
-	var prof *os.File
+	if *batch < 0 || *batch > *clients || (*batch > 0 && (*rawClient || *workloads != "spread" || *clients%*batch != 0)) {
+		fmt.Fprintf(stderr, "leaseplane-bench: --batch %d: want 0, or a divisor of --clients with --workloads spread (not with --raw-client)\n", *batch)
+		return exitUsage
+	}
+	if *serverBin != "" && *inProcess {
+		fmt.Fprintln(stderr, "leaseplane-bench: --server-binary and --in-process: choose one")
+		return exitUsage
+	}
+	var profile string
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+		p, err := filepath.Abs(*cpuProfile)
+		if err == nil {
+			var f *os.File
+			if f, err = os.Create(p); err == nil {
+				f.Close()
+			}
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "leaseplane-bench: --cpuprofile: %v\n", err)
 			return exitUsage
 		}
-		defer f.Close()
-		prof = f
+		profile = p
 	}
 
-	fmt.Fprintf(stdout, "leaseplane-bench: %d clients, %s per workload after a %s warm-up, GOMAXPROCS %s, load generator in this process\n",
-		*clients, *dur, warmUp, gomaxprocs())
-	status := exitOK
-	results := map[string][]result{} // by workload
-	var failures []string
-	for _, t := range targets {
-		fmt.Fprintf(stderr, "leaseplane-bench: starting %s\n", t.label)
-		tg, err := t.open()
-		if err != nil {
-			failures = append(failures, fmt.Sprintf("%s not measured: %v", t.label, err))
-			status = exitFailed
-			continue
-		}
-		profiling := prof != nil && strings.HasPrefix(t.label, "leaseplane/")
-		if profiling {
-			if err := pprof.StartCPUProfile(prof); err != nil {
-				fmt.Fprintf(stderr, "leaseplane-bench: --cpuprofile: %v\n", err)
-				profiling = false
-			}
-			prof = nil // one target's profile per run
-		}
-		for _, w := range wls {
-			fmt.Fprintf(stderr, "leaseplane-bench: %s %s\n", t.label, w)
-			r, err := measure(tg, w, *clients, *dur)
-			if err != nil {
-				failures = append(failures, fmt.Sprintf("%s %s not measured: %v", t.label, w, err))
-				status = exitFailed
+	var specs []spec
+	for _, e := range engs {
+		for _, nl := range []bool{false, true} {
+			if nl && !*noLedger {
 				continue
 			}
-			r.target = t.label
-			results[w] = append(results[w], r)
-			if r.firstErr != nil {
-				failures = append(failures, fmt.Sprintf("%s %s: %d errors, the first: %v", t.label, w, r.errors, r.firstErr))
-				status = exitFailed
+			s := spec{label: planeLabel(e, nl, *inProcess), plane: true}
+			o := planeOpts{clients: *clients, raw: *rawClient, jitter: *jitter, noLedger: nl, h2c: *h2c, batch: *batch}
+			if *h2c > 0 {
+				s.label += "/h2c"
+			}
+			if *batch > 0 {
+				s.label += "/batch" + strconv.Itoa(*batch)
+			}
+			if *inProcess {
+				s.open = func(string) (target, error) { return openInProcessPlane(e, o) }
+			} else {
+				s.open = func(prof string) (target, error) { return openProcessPlane(*serverBin, e, o, prof) }
+			}
+			specs = append(specs, s)
+		}
+	}
+	if *bare {
+		specs = append(specs, spec{label: "bare-map", open: func(string) (target, error) { return openBare(*clients) }})
+	}
+	for _, p := range ps {
+		switch p {
+		case "redis":
+			specs = append(specs, spec{label: p, open: func(string) (target, error) { return openRedis(false) }})
+		case "redis-aof":
+			specs = append(specs, spec{label: p, open: func(string) (target, error) { return openRedis(true) }})
+		case "etcd":
+			specs = append(specs, spec{label: p, open: func(string) (target, error) { return openEtcd() }})
+		}
+	}
+	if len(specs) == 0 {
+		fmt.Fprintln(stderr, "leaseplane-bench: no targets: name an engine or a peer")
+		return exitUsage
+	}
+	var jobs []job
+	for _, s := range specs {
+		for _, w := range wls {
+			if s.plane && w == "queue" {
+				for _, wt := range waits {
+					jobs = append(jobs, job{s, w, wt == "polled"})
+				}
+				continue
+			}
+			jobs = append(jobs, job{spec: s, workload: w})
+		}
+	}
+
+	mode := "leaseplane serve as its own process"
+	if *inProcess {
+		mode = "the leaseplane server inside this process (--in-process)"
+	}
+	if len(engs) > 0 && !*inProcess && *serverBin == "" {
+		dir, err := os.MkdirTemp("", "leaseplane-bench-bin-")
+		if err != nil {
+			fmt.Fprintf(stderr, "leaseplane-bench: %v\n", err)
+			return exitFailed
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintln(stderr, "leaseplane-bench: building the leaseplane binary")
+		bin, err := buildServer(dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "leaseplane-bench: %v\n", err)
+			return exitFailed
+		}
+		*serverBin = bin
+		mode += ", built from this repository"
+	} else if *serverBin != "" {
+		mode += " (" + *serverBin + ")"
+	}
+	perJob := warmUp + *dur
+	fmt.Fprintf(stderr, "leaseplane-bench: %d runs of %d measurements, %s each plus start-up: about %s\n",
+		*runs, len(jobs), perJob, (time.Duration(*runs*len(jobs)) * (perJob + time.Second)).Round(time.Second))
+	fmt.Fprintf(stdout, "leaseplane-bench: %d clients, %s per workload after a %s warm-up, GOMAXPROCS %s; %s; every target started afresh for each workload\n",
+		*clients, *dur, warmUp, gomaxprocs(), mode)
+	if *runs > 1 {
+		fmt.Fprintf(stdout, "each figure is the median of %d runs; a ratio is the median of the runs' ratios (each against the peer in the same run)\n", *runs)
+	}
+	status := exitOK
+	var all []result
+	var failures []string
+	fail := func(format string, a ...any) {
+		failures = append(failures, fmt.Sprintf(format, a...))
+		status = exitFailed
+	}
+	profiled := profile == ""
+	for r := range *runs {
+		for _, j := range jobs {
+			label := j.row()
+			fmt.Fprintf(stderr, "leaseplane-bench: run %d/%d: %s %s\n", r+1, *runs, label, j.workload)
+			prof := ""
+			if !profiled && j.plane {
+				prof, profiled = profile, true
+			}
+			serverProf := prof
+			if *inProcess {
+				serverProf = ""
+			}
+			tg, err := j.open(serverProf)
+			if err != nil {
+				fail("run %d: %s %s not measured: %v", r+1, label, j.workload, err)
+				continue
+			}
+			inProf := false
+			if prof != "" && *inProcess {
+				if f, err := os.Create(prof); err != nil {
+					fail("--cpuprofile: %v", err)
+				} else if err := pprof.StartCPUProfile(f); err != nil {
+					f.Close()
+					fail("--cpuprofile: %v", err)
+				} else {
+					defer f.Close()
+					inProf = true
+				}
+			}
+			n := *clients
+			if j.plane && *batch > 0 {
+				n /= *batch // orchestrators, each for batch agents
+			}
+			res, err := measure(tg, j.workload, j.polled, n, *dur)
+			if inProf {
+				pprof.StopCPUProfile()
+			}
+			if cerr := tg.close(); cerr != nil {
+				fail("run %d: %s %s: stopping: %v", r+1, label, j.workload, cerr)
+			}
+			if err != nil {
+				fail("run %d: %s %s not measured: %v", r+1, label, j.workload, err)
+				continue
+			}
+			res.target, res.run = label, r
+			all = append(all, res)
+			if res.firstErr != nil {
+				fail("run %d: %s %s: %d errors, the first: %v", r+1, label, j.workload, res.errors, res.firstErr)
+			}
+			if prof != "" {
+				fmt.Fprintf(stdout, "CPU profile of %s %s (%s): %s\n", label, j.workload, map[bool]string{true: "this process: server and load generator", false: "the server process"}[*inProcess], prof)
 			}
 		}
-		if profiling {
-			pprof.StopCPUProfile()
-		}
-		tg.close()
 	}
+	sums := summarize(all, *runs)
 	for _, w := range wls {
-		printTable(stdout, w, results[w])
+		printTable(stdout, w, sums[w], *runs)
 	}
-	printGoals(stdout, results)
+	printGoals(stdout, sums, *runs)
 	for _, f := range failures {
 		fmt.Fprintln(stdout, f)
 	}
@@ -312,10 +472,10 @@ func resource(workload string, i, n int) string {
 
 // measure runs one workload: a warm-up, then dur measured. Pairs count
 // when they end inside the measured span.
-func measure(t target, workload string, clients int, dur time.Duration) (result, error) {
+func measure(t target, workload string, polled bool, clients int, dur time.Duration) (result, error) {
 	ws := make([]worker, clients)
 	for i := range ws {
-		w, err := t.worker(i)
+		w, err := t.worker(i, polled)
 		if err != nil {
 			for _, w := range ws[:i] {
 				w.close()
@@ -332,7 +492,8 @@ func measure(t target, workload string, clients int, dur time.Duration) (result,
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type part struct {
-		pairs, errors     int64
+		pairs, made       int64
+		errors            int64
 		firstErr          error
 		pairLat, grantLat []time.Duration
 	}
@@ -345,6 +506,10 @@ func measure(t target, workload string, clients int, dur time.Duration) (result,
 		go func() {
 			defer wg.Done()
 			p := &parts[i]
+			per := 1 // pairs one acquire+release makes
+			if b, ok := w.(interface{ pairsPer() int }); ok {
+				per = b.pairsPer()
+			}
 			for n := 0; ctx.Err() == nil; n++ {
 				res := resource(workload, i, n)
 				t0 := time.Now()
@@ -372,12 +537,15 @@ func measure(t target, workload string, clients int, dur time.Duration) (result,
 					continue
 				}
 				t2 := time.Now()
+				p.made += int64(per)
 				if t0.Before(from) || ctx.Err() != nil {
 					continue
 				}
-				p.pairs++
-				p.pairLat = append(p.pairLat, t2.Sub(t0))
-				p.grantLat = append(p.grantLat, t1.Sub(t0))
+				p.pairs += int64(per)
+				for range per {
+					p.pairLat = append(p.pairLat, t2.Sub(t0))
+					p.grantLat = append(p.grantLat, t1.Sub(t0))
+				}
 			}
 		}()
 	}
@@ -397,6 +565,7 @@ func measure(t target, workload string, clients int, dur time.Duration) (result,
 	wg.Wait()
 	for _, p := range parts {
 		r.pairs += p.pairs
+		r.made += p.made
 		r.errors += p.errors
 		if r.firstErr == nil {
 			r.firstErr = p.firstErr
@@ -455,58 +624,161 @@ func procCPU(pid int) time.Duration {
 var workloadTitle = map[string]string{
 	"spread":    "spread: each client on its own resources; latency is one acquire+release pair",
 	"contended": "contended: all clients on 4 resources, waiting as each system's users wait; latency is ask to released",
-	"queue":     "queue: contended, each holder working 1 ms; latency is the time from the first ask to the grant",
+	"queue":     "queue: contended, each holder working 1 ms; latency is the time from the first ask to the grant (leaseplane held: ?waitUpToMs; polled: sleeping stampede.waitMs)",
 }
 
-// printTable writes one workload's table: each target's figures and its
-// pairs/s as a multiple of etcd's and Redis's in the same run.
-func printTable(w io.Writer, workload string, rs []result) {
-	if len(rs) == 0 {
+// summary is one row's figures over the runs: each the median of the
+// runs' figures.
+type summary struct {
+	target                string
+	runs                  []result // in run order
+	pps                   float64
+	p50, p99, max, cpu    time.Duration
+	errors                int64
+	xEtcd, xRedis         float64 // median of the runs' ratios; 0 when there is no peer
+	commitsPerSec, perCmt float64
+	msPerCommit           float64
+}
+
+// median is the middle value of xs (the mean of the two middle ones for
+// an even count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return time.Duration(median(xs))
+}
+
+// summarize groups results by workload and row, in the order first
+// measured, and takes each figure's median over the runs. A ratio is
+// taken within each run (against the peer's result of the same run and
+// workload), then its median.
+func summarize(all []result, runs int) map[string][]summary {
+	type key struct{ workload, target string }
+	byKey := map[key]*summary{}
+	peer := map[key][]*result{} // (workload, peer) → by run
+	out := map[string][]summary{}
+	var order []key
+	for i := range all {
+		r := &all[i]
+		k := key{r.workload, r.target}
+		if byKey[k] == nil {
+			byKey[k] = &summary{target: r.target}
+			order = append(order, k)
+		}
+		byKey[k].runs = append(byKey[k].runs, *r)
+		if r.target == "etcd" || r.target == "redis" {
+			if peer[k] == nil {
+				peer[k] = make([]*result, runs)
+			}
+			peer[k][r.run] = r
+		}
+	}
+	for _, k := range order {
+		s := byKey[k]
+		var pps, cps, per, ms, xe, xr []float64
+		var p50, p99, mx, cpu []time.Duration
+		for _, r := range s.runs {
+			pps = append(pps, r.pairsPerSec())
+			l := r.latency()
+			p50, p99, mx = append(p50, pct(l, 0.5)), append(p99, pct(l, 0.99)), append(mx, pct(l, 1))
+			cpu = append(cpu, r.cpuPerPair())
+			s.errors += r.errors
+			if c := r.commits; c.commits > 0 {
+				cps = append(cps, c.commits/r.elapsed.Seconds())
+				per = append(per, c.commands/c.commits)
+				ms = append(ms, 1000*c.seconds/c.commits)
+			}
+			ratio := func(name string) (float64, bool) {
+				ps := peer[key{k.workload, name}]
+				if ps == nil || ps[r.run] == nil || ps[r.run].pairs == 0 {
+					return 0, false
+				}
+				return r.pairsPerSec() / ps[r.run].pairsPerSec(), true
+			}
+			if x, ok := ratio("etcd"); ok {
+				xe = append(xe, x)
+			}
+			if x, ok := ratio("redis"); ok {
+				xr = append(xr, x)
+			}
+		}
+		s.pps = median(pps)
+		s.p50, s.p99, s.max, s.cpu = medianDur(p50), medianDur(p99), medianDur(mx), medianDur(cpu)
+		s.xEtcd, s.xRedis = median(xe), median(xr)
+		s.commitsPerSec, s.perCmt, s.msPerCommit = median(cps), median(per), median(ms)
+		out[k.workload] = append(out[k.workload], *s)
+	}
+	return out
+}
+
+// printTable writes one workload's table: each row's figures and its
+// pairs/s as a multiple of etcd's and Redis's in the same run; with more
+// than one run, each row's pairs/s and p99 by run below it.
+func printTable(w io.Writer, workload string, ss []summary, runs int) {
+	if len(ss) == 0 {
 		return
 	}
 	fmt.Fprintf(w, "\n%s\n", workloadTitle[workload])
-	byName := map[string]result{}
-	for _, r := range rs {
-		byName[r.target] = r
+	width := len("target")
+	for _, s := range ss {
+		width = max(width, len(s.target))
 	}
-	ratio := func(r result, peer string) string {
-		p, ok := byName[peer]
-		if !ok || p.pairs == 0 {
+	ratio := func(x float64) string {
+		if x == 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%.2f×", r.pairsPerSec()/p.pairsPerSec())
+		return fmt.Sprintf("%.2f×", x)
 	}
-	lat := func(r result) []time.Duration {
-		if workload == "queue" {
-			return r.grantLat
+	fmt.Fprintf(w, "%-*s %9s %9s %9s %9s %9s %8s %8s %6s\n", width, "target", "pairs/s", "p50", "p99", "max", "CPU/pair", "×etcd", "×redis", "errors")
+	for _, s := range ss {
+		fmt.Fprintf(w, "%-*s %9.0f %9s %9s %9s %9s %8s %8s %6d\n", width, s.target, s.pps,
+			fmtDur(s.p50), fmtDur(s.p99), fmtDur(s.max), fmtDur(s.cpu), ratio(s.xEtcd), ratio(s.xRedis), s.errors)
+	}
+	for _, s := range ss {
+		if s.commitsPerSec > 0 {
+			fmt.Fprintf(w, "%-*s %.0f commits/s, %.1f commands per commit, %.2f ms per commit\n", width, s.target,
+				s.commitsPerSec, s.perCmt, s.msPerCommit)
 		}
-		return r.pairLat
 	}
-	fmt.Fprintf(w, "%-18s %9s %9s %9s %9s %9s %8s %8s %6s\n", "target", "pairs/s", "p50", "p99", "max", "CPU/pair", "×etcd", "×redis", "errors")
-	for _, r := range rs {
-		l := lat(r)
-		fmt.Fprintf(w, "%-18s %9.0f %9s %9s %9s %9s %8s %8s %6d\n", r.target, r.pairsPerSec(),
-			fmtDur(pct(l, 0.50)), fmtDur(pct(l, 0.99)), fmtDur(pct(l, 1)), fmtDur(r.cpuPerPair()),
-			ratio(r, "etcd"), ratio(r, "redis"), r.errors)
-	}
-	for _, r := range rs {
-		if c := r.commits; c.commits > 0 {
-			fmt.Fprintf(w, "%-18s %.0f commits/s, %.1f commands per commit, %.2f ms per commit\n", r.target,
-				c.commits/r.elapsed.Seconds(), c.commands/c.commits, 1000*c.seconds/c.commits)
+	if runs > 1 {
+		for _, s := range ss {
+			var pps, p99 []string
+			for _, r := range s.runs {
+				pps = append(pps, fmt.Sprintf("%.0f", r.pairsPerSec()))
+				p99 = append(p99, fmtDur(pct(r.latency(), 0.99)))
+			}
+			fmt.Fprintf(w, "%-*s by run: pairs/s %s; p99 %s\n", width, s.target, strings.Join(pps, ", "), strings.Join(p99, ", "))
 		}
 	}
 }
 
-// printGoals states issue 14's goals against this run's figures, for the
-// first leaseplane engine measured.
-func printGoals(w io.Writer, results map[string][]result) {
-	find := func(workload, name string) (result, bool) {
-		for _, r := range results[workload] {
-			if r.target == name || (name == "leaseplane" && strings.HasPrefix(r.target, "leaseplane/")) {
-				return r, r.pairs > 0
+// printGoals states issue 23's bar and goals, and issue 20's queue
+// targets, against this run's figures (medians over the runs), for the
+// first leaseplane target measured.
+func printGoals(w io.Writer, sums map[string][]summary, runs int) {
+	find := func(workload, name string) (summary, bool) {
+		for _, s := range sums[workload] {
+			if s.target == name || (strings.HasPrefix(name, "leaseplane") && strings.HasPrefix(s.target, "leaseplane/") &&
+				strings.HasSuffix(s.target, strings.TrimPrefix(name, "leaseplane"))) {
+				return s, s.pps > 0
 			}
 		}
-		return result{}, false
+		return summary{}, false
 	}
 	var lines []string
 	add := func(goal string, ok bool, got string) {
@@ -514,38 +786,39 @@ func printGoals(w io.Writer, results map[string][]result) {
 		if ok {
 			verdict = "met"
 		}
-		lines = append(lines, fmt.Sprintf("  %-52s %-26s %s", goal, got, verdict))
+		lines = append(lines, fmt.Sprintf("  %-56s %-24s %s", goal, got, verdict))
 	}
 	if lp, ok := find("spread", "leaseplane"); ok {
 		if e, ok := find("spread", "etcd"); ok {
-			x := lp.pairsPerSec() / e.pairsPerSec()
-			add("spread: pairs/s ≥ 2× etcd's Mutex", x >= 2, fmt.Sprintf("%.2f×", x))
+			add("spread: pairs/s ≥ 2× etcd's Mutex (issue 23's bar)", lp.xEtcd >= 2, fmt.Sprintf("%.2f×", lp.xEtcd))
+			add("spread: p99 ≤ etcd's (issue 23's bar)", lp.p99 <= e.p99, fmtDur(lp.p99)+" vs "+fmtDur(e.p99))
 		}
-		if r, ok := find("spread", "redis"); ok {
-			x := lp.pairsPerSec() / r.pairsPerSec()
-			add("spread: pairs/s ≥ 0.5× Redis's", x >= 0.5, fmt.Sprintf("%.2f×", x))
+		if _, ok := find("spread", "redis"); ok {
+			add("spread: pairs/s ≥ 0.5× Redis's (goal)", lp.xRedis >= 0.5, fmt.Sprintf("%.2f×", lp.xRedis))
 		}
-		p := pct(lp.pairLat, 0.99)
-		add("spread: p99 < 10 ms", p < 10*time.Millisecond, fmtDur(p))
 	}
 	if lp, ok := find("contended", "leaseplane"); ok {
-		if e, ok := find("contended", "etcd"); ok {
-			x := lp.pairsPerSec() / e.pairsPerSec()
-			add("contended: pairs/s ≥ 2× etcd's Mutex", x >= 2, fmt.Sprintf("%.2f×", x))
+		if _, ok := find("contended", "etcd"); ok {
+			add("contended: pairs/s ≥ 2× etcd's Mutex (issue 14)", lp.xEtcd >= 2, fmt.Sprintf("%.2f×", lp.xEtcd))
 		}
 	}
-	if lp, ok := find("queue", "leaseplane"); ok {
-		if e, ok := find("queue", "etcd"); ok {
-			a, b := pct(lp.grantLat, 0.99), pct(e.grantLat, 0.99)
-			add("queue: p99 time to a grant ≤ etcd's", a <= b, fmtDur(a)+" vs "+fmtDur(b))
-			x := lp.pairsPerSec() / e.pairsPerSec()
-			add("queue: pairs/s ≥ etcd's", x >= 1, fmt.Sprintf("%.2f×", x))
+	if e, ok := find("queue", "etcd"); ok {
+		if lp, ok := find("queue", "leaseplane/held"); ok {
+			add("queue held: pairs/s ≥ 8× etcd's Mutex (issue 20)", lp.xEtcd >= 8, fmt.Sprintf("%.2f×", lp.xEtcd))
+			add("queue held: p99 to a grant ≤ ½ etcd's (issue 20)", 2*lp.p99 <= e.p99, fmtDur(lp.p99)+" vs "+fmtDur(e.p99))
+		}
+		if lp, ok := find("queue", "leaseplane/polled"); ok {
+			add("queue polled: pairs/s ≥ 0.15× etcd's Mutex (issue 20)", lp.xEtcd >= 0.15, fmt.Sprintf("%.2f×", lp.xEtcd))
 		}
 	}
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\ngoals (issue 14), first leaseplane engine:")
+	of := "this run"
+	if runs > 1 {
+		of = fmt.Sprintf("medians of %d runs", runs)
+	}
+	fmt.Fprintf(w, "\ngoals, first leaseplane target, %s:\n", of)
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}

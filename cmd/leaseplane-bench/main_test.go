@@ -5,9 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // cli runs the tool in-process.
@@ -28,45 +33,202 @@ func table(out, workload string) [][]string {
 			in = true
 		case line == "":
 			in = false
-		case in && !strings.HasPrefix(line, "target ") && !strings.Contains(line, "commits/s"):
+		case in && !strings.HasPrefix(line, "target ") && !strings.Contains(line, "commits/s") && !strings.Contains(line, " by run: "):
 			rows = append(rows, strings.Fields(line))
 		}
 	}
 	return rows
 }
 
-// TestBenchRuns runs a tiny load of every workload against the real
-// server and every peer, each through its own client library, and checks
-// the tables' shape, that pairs were made and that nothing failed;
-// figures are not asserted.
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// serverBinary is the leaseplane binary, built once per test process by
+// the tool's own buildServer.
+func serverBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leaseplane-bench-test-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath, binErr = buildServer(dir)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// checkRows checks a workload's table: the rows named in order, each with
+// pairs and no errors, and each peer's ratio to itself 1.00×.
+func checkRows(t *testing.T, out, workload string, targets []string) {
+	t.Helper()
+	rows := table(out, workload)
+	if len(rows) != len(targets) {
+		t.Fatalf("%s: %d rows, want %d:\n%s", workload, len(rows), len(targets), out)
+	}
+	for i, f := range rows {
+		// target pairs/s p50 p99 max CPU/pair ×etcd ×redis errors
+		if len(f) != 9 || f[0] != targets[i] || f[1] == "0" || f[8] != "0" {
+			t.Errorf("%s row %q: want %s with pairs and no errors", workload, f, targets[i])
+		}
+		if f[0] == "etcd" && f[6] != "1.00×" || f[0] == "redis" && f[7] != "1.00×" {
+			t.Errorf("%s row %q: a peer's ratio to itself is not 1.00×", workload, f)
+		}
+	}
+}
+
+// TestBenchRuns runs a tiny load of every workload against `leaseplane
+// serve` as its own process (both engines, queue held and polled) and
+// every peer, each through its own client library, and checks the tables'
+// shape, that pairs were made and that nothing failed; figures are not
+// asserted.
 func TestBenchRuns(t *testing.T) {
-	code, out, errOut := cli(t, "--clients", "4", "--duration", "300ms", "--engines", "native,wasm", "--peers", "redis,redis-aof,etcd", "--bare")
+	code, out, errOut := cli(t, "--server-binary", serverBinary(t), "--clients", "4", "--duration", "300ms", "--engines", "native,wasm",
+		"--peers", "redis,redis-aof,etcd", "--bare")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
-	targets := []string{"leaseplane/native", "leaseplane/wasm", "bare-map", "redis", "redis-aof", "etcd"}
-	for _, w := range []string{"spread", "contended", "queue"} {
-		rows := table(out, w)
-		if len(rows) != len(targets) {
-			t.Fatalf("%s: %d rows, want %d:\n%s", w, len(rows), len(targets), out)
-		}
-		for i, f := range rows {
-			// target pairs/s p50 p99 max CPU/pair ×etcd ×redis errors
-			if len(f) != 9 || f[0] != targets[i] || f[1] == "0" || f[8] != "0" {
-				t.Errorf("%s row %q: want %s with pairs and no errors", w, f, targets[i])
-			}
-			if f[0] == "etcd" && f[6] != "1.00×" || f[0] == "redis" && f[7] != "1.00×" {
-				t.Errorf("%s row %q: a peer's ratio to itself is not 1.00×", w, f)
-			}
-		}
-		if !strings.Contains(out, "leaseplane/native ") || !strings.Contains(out, " commands per commit, ") {
-			t.Errorf("no commit line for leaseplane:\n%s", out)
-		}
+	if !strings.Contains(out, "leaseplane serve as its own process") {
+		t.Errorf("the header does not say the plane ran as its own process:\n%s", out)
 	}
-	for _, g := range []string{"spread: pairs/s ≥ 2× etcd's Mutex", "contended: pairs/s ≥ 2× etcd's Mutex", "queue: p99 time to a grant ≤ etcd's"} {
+	peers := []string{"bare-map", "redis", "redis-aof", "etcd"}
+	for _, w := range []string{"spread", "contended"} {
+		checkRows(t, out, w, append([]string{"leaseplane/native", "leaseplane/wasm"}, peers...))
+	}
+	checkRows(t, out, "queue", append([]string{"leaseplane/native/held", "leaseplane/native/polled", "leaseplane/wasm/held", "leaseplane/wasm/polled"}, peers...))
+	if !strings.Contains(out, "leaseplane/native ") || !strings.Contains(out, " commands per commit, ") {
+		t.Errorf("no commit line for leaseplane:\n%s", out)
+	}
+	for _, g := range []string{"spread: pairs/s ≥ 2× etcd's Mutex", "spread: p99 ≤ etcd's", "spread: pairs/s ≥ 0.5× Redis's",
+		"queue held: pairs/s ≥ 8× etcd's Mutex", "queue held: p99 to a grant ≤ ½ etcd's", "queue polled: pairs/s ≥ 0.15× etcd's Mutex"} {
 		if !strings.Contains(out, g) {
 			t.Errorf("goal %q missing:\n%s", g, out)
 		}
+	}
+}
+
+// TestBenchInProcess: --in-process runs the server inside the tool, and
+// its rows say so.
+func TestBenchInProcess(t *testing.T) {
+	code, out, errOut := cli(t, "--in-process", "--clients", "4", "--duration", "300ms", "--peers", "etcd", "--workloads", "spread,queue")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "inside this process (--in-process)") {
+		t.Errorf("the header does not say the plane ran in this process:\n%s", out)
+	}
+	checkRows(t, out, "spread", []string{"leaseplane/native/in-process", "etcd"})
+	checkRows(t, out, "queue", []string{"leaseplane/native/in-process/held", "leaseplane/native/in-process/polled", "etcd"})
+}
+
+// TestBenchRunsMedian: with --runs 3 each row is measured three times
+// (three figures by run) and the goals say they are medians.
+func TestBenchRunsMedian(t *testing.T) {
+	code, out, errOut := cli(t, "--server-binary", serverBinary(t), "--runs", "3", "--clients", "2", "--duration", "200ms",
+		"--peers", "etcd", "--workloads", "spread")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	checkRows(t, out, "spread", []string{"leaseplane/native", "etcd"})
+	for _, name := range []string{"leaseplane/native", "etcd"} {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +by run: pairs/s ([^;]*);`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no figures by run for %s:\n%s", name, out)
+		}
+		if n := len(strings.Split(m[1], ", ")); n != 3 {
+			t.Errorf("%s: %d figures by run, want 3: %q", name, n, m[0])
+		}
+	}
+	if !strings.Contains(out, "goals, first leaseplane target, medians of 3 runs:") {
+		t.Errorf("goals do not say they are medians:\n%s", out)
+	}
+}
+
+// requests is the server's count of op's answers with HTTP status code.
+func requests(m map[string]float64, op, code string) float64 {
+	var n float64
+	for k, v := range m {
+		if strings.HasPrefix(k, "leaseplane_requests_total{") && strings.Contains(k, `op="`+op+`"`) && strings.Contains(k, `code="`+code+`"`) {
+			n += v
+		}
+	}
+	return n
+}
+
+// TestProcessPlane: the default target is the real binary running serve
+// on its own data folder; every pair the tool counts is one granted
+// acquire and one release at the server, held and polled; the server
+// stops cleanly and its folder goes.
+func TestProcessPlane(t *testing.T) {
+	bin := serverBinary(t)
+	for _, polled := range []bool{false, true} {
+		tg, err := openProcessPlane(bin, "native", planeOpts{clients: 8}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := tg.daemonPID()
+		exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+		if err != nil || exe != bin {
+			t.Errorf("the server process runs %q (%v), want %s", exe, err, bin)
+		}
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if args := strings.Split(string(cmdline), "\x00"); len(args) < 2 || args[1] != "serve" {
+			t.Errorf("the server process's arguments are %q, want serve", args)
+		}
+		if !strings.HasPrefix(tg.url, "http://127.0.0.1:") || !strings.HasPrefix(tg.key, "lp_") {
+			t.Errorf("URL %q and key %q from the first start's output", tg.url, tg.key)
+		}
+		r, err := measure(tg, "queue", polled, 8, 300*time.Millisecond)
+		if err != nil || r.errors != 0 {
+			t.Fatalf("polled %v: %v, %d errors (%v)", polled, err, r.errors, r.firstErr)
+		}
+		m := tg.metrics()
+		if r.made == 0 || r.pairs > r.made {
+			t.Errorf("polled %v: %d pairs made, %d counted", polled, r.made, r.pairs)
+		}
+		// Each pair is one granted acquire and one release; when the run
+		// stops, each client may have one more of each under way (a grant
+		// it no longer waits for, a release that leaves the queue).
+		for _, op := range []string{"acquire", "release"} {
+			if got := requests(m, op, "200"); got < float64(r.made) || got > float64(r.made+8) {
+				t.Errorf("polled %v: the server answered %v %ss with 200, the tool made %d pairs (want that many, plus at most one per client)", polled, got, op, r.made)
+			}
+		}
+		if err := tg.close(); err != nil {
+			t.Errorf("polled %v: close: %v", polled, err)
+		}
+		select {
+		case <-tg.exited:
+		default:
+			t.Errorf("polled %v: the server process is still running after close", polled)
+		}
+		if _, err := os.Stat(tg.dir); !os.IsNotExist(err) {
+			t.Errorf("polled %v: the server's folder %s is still there (%v)", polled, tg.dir, err)
+		}
+	}
+}
+
+// TestProcessPlaneCPUProfile: --cpuprofile reaches the server process,
+// which writes its profile when it stops.
+func TestProcessPlaneCPUProfile(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "server.prof")
+	code, out, errOut := cli(t, "--server-binary", serverBinary(t), "--clients", "2", "--duration", "200ms", "--peers", "",
+		"--workloads", "spread", "--cpuprofile", prof)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "CPU profile of leaseplane/native spread (the server process): "+prof) {
+		t.Errorf("the output does not name the profile:\n%s", out)
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("profile: %d bytes, %v; want gzip", len(b), err)
 	}
 }
 
@@ -83,6 +245,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--engines", "", "--peers", ""}, "no targets"},
 		{[]string{"--duration", "0s"}, "want a positive duration"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--runs", "0"}, "--runs 0: want 1 to 100"},
+		{[]string{"--queue-waits", "spin"}, `unknown queue wait "spin"`},
+		{[]string{"--in-process", "--server-binary", "/x"}, "choose one"},
 	} {
 		code, _, errOut := cli(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {

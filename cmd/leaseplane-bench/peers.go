@@ -70,9 +70,9 @@ func newRedisClient(addr string) *redis.Client {
 
 func (t *redisTarget) name() string   { return t.label }
 func (t *redisTarget) daemonPID() int { return t.d.cmd.Process.Pid }
-func (t *redisTarget) close()         { t.d.stop(); os.RemoveAll(t.dir) }
+func (t *redisTarget) close() error   { t.d.stop(); return os.RemoveAll(t.dir) }
 
-func (t *redisTarget) worker(i int) (worker, error) {
+func (t *redisTarget) worker(i int, _ bool) (worker, error) {
 	c := newRedisClient(t.addr)
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		c.Close()
@@ -162,14 +162,14 @@ func newEtcdClient(url string) (*clientv3.Client, error) {
 func (t *etcdTarget) name() string   { return "etcd" }
 func (t *etcdTarget) daemonPID() int { return t.d.cmd.Process.Pid }
 
-func (t *etcdTarget) close() {
+func (t *etcdTarget) close() error {
 	t.d.stop()
-	os.RemoveAll(t.dir)
+	return os.RemoveAll(t.dir)
 }
 
 // worker is one etcd user: its own client and session (a lease kept
 // alive), under which concurrency.Mutex puts its lock keys.
-func (t *etcdTarget) worker(i int) (worker, error) {
+func (t *etcdTarget) worker(i int, _ bool) (worker, error) {
 	c, err := newEtcdClient(t.url)
 	if err != nil {
 		return nil, err
@@ -213,7 +213,6 @@ func (w *etcdWorker) close() {
 	w.c.Close()
 }
 
-// freePort asks the kernel for a free loopback port.
 // daemonHome picks n free ports and makes a temporary folder for the
 // peer daemon name.
 func daemonHome(name string, n int) (ports []int, dir string, err error) {
@@ -228,6 +227,7 @@ func daemonHome(name string, n int) (ports []int, dir string, err error) {
 	return ports, dir, err
 }
 
+// freePort asks the kernel for a free loopback port.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -35,20 +35,62 @@ func engine(name string) (kernel.Factory, error) {
 	return nil, fmt.Errorf("unknown engine %q", name)
 }
 
-// planeTarget is the real server, in this process, on a loopback port.
-type planeTarget struct {
+// planeConn is the client side of a leaseplane target, whichever process
+// serves it: the plane's URL and key, one shared net/http client, and how
+// its workers wait.
+type planeConn struct {
+	url string
+	key string
+	hc  *http.Client // HTTP/1.1, one connection per client
+	// h2 are the HTTP/2 clients (--h2c) the workers share, client i on
+	// h2[i%len(h2)]; none: each worker on hc.
+	h2  []*http.Client
+	raw bool // drive it with rawHTTP instead of server/client
+	// jitter makes polling clients sleep a random part of waitMs more.
+	jitter bool
+	batch  int // each worker an orchestrator for this many agents (prototype)
+}
+
+// planeOpts are the flags that shape a leaseplane target.
+type planeOpts struct {
+	clients  int
+	raw      bool
+	jitter   bool
+	noLedger bool
+	h2c      int // HTTP/2 connections without TLS the clients share; 0: HTTP/1.1
+	batch    int // agents per orchestrator on the prototype batch route; 0: none
+}
+
+// conn is the client side of a plane at url with key.
+func (o planeOpts) conn(url, key string) planeConn {
+	c := planeConn{url: url, key: key, hc: newHTTPClient(o.clients), raw: o.raw, jitter: o.jitter, batch: o.batch}
+	for range o.h2c {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		c.h2 = append(c.h2, &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: 60 * time.Second})
+	}
+	return c
+}
+
+// closeIdle drops the clients' idle connections.
+func (t *planeConn) closeIdle() {
+	t.hc.CloseIdleConnections()
+	for _, c := range t.h2 {
+		c.CloseIdleConnections()
+	}
+}
+
+// inProcessPlane is the real server (server.New) in the tool's own
+// process, on a loopback port (--in-process): the server and the load
+// generator share one process and its CPU accounting.
+type inProcessPlane struct {
+	planeConn
 	label string
 	srv   *server.Server
 	dir   string
-	url   string
-	key   string
-	hc    *http.Client
-	raw   bool // drive it with rawHTTP instead of server/client
-	// jitter makes waiting clients sleep a random part of waitMs more.
-	jitter bool
 }
 
-func openPlane(engineName string, clients int, raw, jitter, noLedger bool) (*planeTarget, error) {
+func openInProcessPlane(engineName string, o planeOpts) (*inProcessPlane, error) {
 	f, err := engine(engineName)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", engineName, err)
@@ -57,7 +99,7 @@ func openPlane(engineName string, clients int, raw, jitter, noLedger bool) (*pla
 	if err != nil {
 		return nil, err
 	}
-	s, err := server.New(server.Config{DataDir: dir, Engine: f, Clock: time.Now, NoLedger: noLedger})
+	s, err := server.New(server.Config{DataDir: dir, Engine: f, Clock: time.Now, NoLedger: o.noLedger})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -75,17 +117,24 @@ func openPlane(engineName string, clients int, raw, jitter, noLedger bool) (*pla
 		return nil, err
 	}
 	go s.Serve(ln)
-	return &planeTarget{
-		label: label(engineName, noLedger), srv: s, dir: dir, url: "http://" + ln.Addr().String(), key: key,
-		hc: newHTTPClient(clients), raw: raw, jitter: jitter,
+	return &inProcessPlane{
+		planeConn: o.conn("http://"+ln.Addr().String(), key),
+		label:     planeLabel(engineName, o.noLedger, true), srv: s, dir: dir,
 	}, nil
 }
 
-func label(engineName string, noLedger bool) string {
+// planeLabel names a leaseplane target in the tables: leaseplane/ENGINE,
+// then /no-ledger without the ledger, then /in-process when the server
+// runs inside the tool.
+func planeLabel(engineName string, noLedger, inProcess bool) string {
+	l := "leaseplane/" + engineName
 	if noLedger {
-		return "leaseplane/" + engineName + "/no-ledger"
+		l += "/no-ledger"
 	}
-	return "leaseplane/" + engineName
+	if inProcess {
+		l += "/in-process"
+	}
+	return l
 }
 
 // newHTTPClient keeps one idle connection per bench client.
@@ -94,70 +143,96 @@ func newHTTPClient(clients int) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
 }
 
-func (t *planeTarget) name() string { return t.label }
+func (t *inProcessPlane) name() string { return t.label }
 
-func (t *planeTarget) close() {
+func (t *inProcessPlane) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	t.srv.Shutdown(ctx)
-	t.hc.CloseIdleConnections()
+	err := t.srv.Shutdown(ctx)
+	t.closeIdle()
 	os.RemoveAll(t.dir)
+	return err
 }
 
 // commitStats reads the commit counters from the server's /metrics; zero
 // when they cannot be read.
-func (t *planeTarget) commitStats() commitStats {
+func (t *planeConn) commitStats() commitStats {
+	m := t.metrics()
+	return commitStats{
+		commits:  m["leaseplane_commit_batch_commands_count"],
+		commands: m["leaseplane_commit_batch_commands_sum"],
+		seconds:  m["leaseplane_commit_duration_seconds_sum"],
+	}
+}
+
+// metrics reads the server's /metrics into a map from each sample's name
+// (with its labels, as printed: leaseplane_requests_total{code="200",op="release"})
+// to its value; empty when they cannot be read.
+func (t *planeConn) metrics() map[string]float64 {
+	m := map[string]float64{}
 	resp, err := t.hc.Get(t.url + "/metrics")
 	if err != nil {
-		return commitStats{}
+		return m
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return commitStats{}
+		return m
 	}
-	var c commitStats
 	for _, line := range strings.Split(string(b), "\n") {
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
+		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64)
 		if err != nil {
 			continue
 		}
-		switch name {
-		case "leaseplane_commit_batch_commands_count":
-			c.commits = v
-		case "leaseplane_commit_batch_commands_sum":
-			c.commands = v
-		case "leaseplane_commit_duration_seconds_sum":
-			c.seconds = v
-		}
+		m[line[:i]] = v
 	}
-	return c
+	return m
 }
 
-func (t *planeTarget) worker(i int) (worker, error) {
+// worker makes client i: polled, it asks without waitUpToMs and sleeps
+// each refusal's stampede.waitMs before asking again (the seeds' recipe);
+// otherwise the plane holds its acquire until the grant.
+func (t *planeConn) worker(i int, polled bool) (worker, error) {
 	did := "did:bench:client:" + strconv.Itoa(i)
 	if t.raw {
 		raw, err := newRawHTTP(t.url, t.key)
 		if err != nil {
 			return nil, err
 		}
-		return &rawPlaneWorker{raw: raw, did: did}, nil
+		return &rawPlaneWorker{raw: raw, did: did, held: !polled, jitter: t.jitter}, nil
 	}
-	return &planeWorker{c: client.New(t.url, t.key, t.hc), did: did, leases: map[string]string{}, jitter: t.jitter}, nil
+	hc := t.hc
+	if len(t.h2) > 0 {
+		hc = t.h2[i%len(t.h2)]
+	}
+	if t.batch > 0 {
+		w := &batchWorker{c: client.New(t.url, t.key, hc)}
+		for j := range t.batch {
+			w.dids = append(w.dids, "did:bench:client:"+strconv.Itoa(i*t.batch+j))
+		}
+		return w, nil
+	}
+	return &planeWorker{c: client.New(t.url, t.key, hc), did: did, leases: map[string]string{}, jitter: t.jitter, polled: polled}, nil
 }
 
-// planeWorker is a leaseplane user: client.Holder waits for a lease as
-// the plane advises (sleeping the refusal's stampede.waitMs), and the
-// release names the lease it got.
+// planeWorker is a leaseplane user on server/client. Held (the default),
+// client.Holder waits for a lease in requests the plane holds
+// (?waitUpToMs) until the grant; polled, it asks without waiting and
+// sleeps each refusal's stampede.waitMs before asking again. The release
+// names the lease it got.
 type planeWorker struct {
 	c      *client.Client
 	did    string
 	leases map[string]string // resource → lease id held
 	jitter bool
+	polled bool
 }
 
 // jitterSleep sleeps d and a random part of it more (at most half, at
@@ -165,6 +240,11 @@ type planeWorker struct {
 // refused together do not come back together.
 func jitterSleep(ctx context.Context, d time.Duration) error {
 	d += rand.N(min(d/2, 500*time.Millisecond) + 1)
+	return sleep(ctx, d)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -176,11 +256,14 @@ func jitterSleep(ctx context.Context, d time.Duration) error {
 }
 
 func (w *planeWorker) acquire(ctx context.Context, res string) error {
-	h := client.Holder{Client: w.c, Req: client.AcquireRequest{Resource: res, ActorDid: w.did}}
-	if w.jitter {
-		h.Sleep = jitterSleep
+	var l *client.Lease
+	var err error
+	if w.polled {
+		l, err = w.poll(ctx, res)
+	} else {
+		h := client.Holder{Client: w.c, Req: client.AcquireRequest{Resource: res, ActorDid: w.did}}
+		l, err = h.Acquire(ctx)
 	}
-	l, err := h.Acquire(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Leave the queue, as a user giving up would.
@@ -190,6 +273,33 @@ func (w *planeWorker) acquire(ctx context.Context, res string) error {
 	}
 	w.leases[res] = l.ID
 	return nil
+}
+
+// poll is the polling recipe: acquire; on lease_held sleep the refusal's
+// stampede.waitMs (plus a random part with --jitter) and ask again.
+func (w *planeWorker) poll(ctx context.Context, res string) (*client.Lease, error) {
+	req := client.AcquireRequest{Resource: res, ActorDid: w.did}
+	for {
+		a, err := w.c.Acquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if a.OK && a.Lease != nil {
+			return a.Lease, nil
+		}
+		if a.Reason != kernel.ReasonLeaseHeld || a.Stampede == nil {
+			return nil, fmt.Errorf("acquire refused: %s", a.Raw)
+		}
+		d := time.Duration(a.Stampede.WaitMs) * time.Millisecond
+		if w.jitter {
+			err = jitterSleep(ctx, d)
+		} else {
+			err = sleep(ctx, d)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 func (w *planeWorker) release(ctx context.Context, res string) error {
@@ -207,10 +317,12 @@ func (w *planeWorker) release(ctx context.Context, res string) error {
 func (w *planeWorker) close() {}
 
 // rawPlaneWorker is planeWorker on the minimal HTTP client: the same
-// requests and back-off, less of the load generator's CPU.
+// requests and waiting, less of the load generator's CPU.
 type rawPlaneWorker struct {
-	raw *rawHTTP
-	did string
+	raw    *rawHTTP
+	did    string
+	held   bool // ask with ?waitUpToMs=30000
+	jitter bool
 }
 
 func (w *rawPlaneWorker) body(res string) []byte {
@@ -218,8 +330,12 @@ func (w *rawPlaneWorker) body(res string) []byte {
 }
 
 func (w *rawPlaneWorker) acquire(ctx context.Context, res string) error {
+	path := client.PathLease
+	if w.held {
+		path += "?waitUpToMs=30000"
+	}
 	for {
-		status, ans, err := w.raw.do("POST", client.PathLease, w.body(res))
+		status, ans, err := w.raw.do("POST", path, w.body(res))
 		if err != nil {
 			return err
 		}
@@ -234,11 +350,18 @@ func (w *rawPlaneWorker) acquire(ctx context.Context, res string) error {
 			if a.Reason != kernel.ReasonLeaseHeld || a.Stampede == nil {
 				return fmt.Errorf("refused: %s", ans)
 			}
-			select {
-			case <-ctx.Done():
+			if w.held {
+				continue // held to its end: ask again at once
+			}
+			d := time.Duration(a.Stampede.WaitMs) * time.Millisecond
+			if w.jitter {
+				err = jitterSleep(ctx, d)
+			} else {
+				err = sleep(ctx, d)
+			}
+			if err != nil {
 				w.raw.do("POST", client.PathRelease, w.body(res))
-				return ctx.Err()
-			case <-time.After(time.Duration(a.Stampede.WaitMs) * time.Millisecond):
+				return err
 			}
 		default:
 			return fmt.Errorf("HTTP %d %s", status, ans)
@@ -327,7 +450,7 @@ func openBare(clients int) (target, error) {
 
 func (t *bareTarget) name() string { return "bare-map" }
 
-func (t *bareTarget) worker(i int) (worker, error) {
+func (t *bareTarget) worker(i int, _ bool) (worker, error) {
 	raw, err := newRawHTTP(t.url, "")
 	if err != nil {
 		return nil, err
@@ -335,4 +458,4 @@ func (t *bareTarget) worker(i int) (worker, error) {
 	return &rawPlaneWorker{raw: raw, did: "did:bench:client:" + strconv.Itoa(i)}, nil
 }
 
-func (t *bareTarget) close() { t.hs.Close() }
+func (t *bareTarget) close() error { return t.hs.Close() }
