@@ -7,7 +7,7 @@ BIN     := bin/leaseplane
 # of its count of inputs below.
 FUZZTIME ?=
 
-.PHONY: test-python deps-python check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
+.PHONY: test-python deps-python test-js check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
         wasm check-wasm test-fresh static test-static release bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
@@ -109,7 +109,7 @@ check-wasm:
 # The Node suites run last, so that a passing run ends with node --test's
 # summary (# pass N, # fail 0), which a CI runner recognises; a failing
 # one ends with make's error.
-test: check-tree check-wasm check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-python test-browser test-worker
+test: check-tree check-wasm check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-python test-js test-browser test-worker
 
 # test-go leaves the parity run to its own target, which prints its seed.
 test-go: test-bench-tool
@@ -198,6 +198,11 @@ test-python: build deps-python
 	$(PYVENV)/bin/pip install --quiet --no-index --no-build-isolation ./bin/pyclient
 	cd server/client/python/tests && PYTHONDONTWRITEBYTECODE=1 LEASEPLANE_BIN=$(CURDIR)/$(BIN) \
 		$(CURDIR)/$(PYVENV)/bin/python -m unittest -v
+
+# test-js runs the JavaScript client's tests (server/client/js) with node's
+# test runner against the built binary's `leaseplane serve`.
+test-js: build
+	LEASEPLANE_BIN=$(CURDIR)/$(BIN) node --test server/client/js/test/
 
 # test-browser drives Debian's chromium with playwright-core through the
 # playground and the docs, served by `leaseplane serve` and as a static site,
