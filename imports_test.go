@@ -146,6 +146,28 @@ var kernelForbidden = []string{"time", "math/rand", "math/rand/v2", "crypto/rand
 // tests; the kernel itself draws nothing.
 var kernelMayDraw = map[string]string{"kernel/scenario": "math/rand/v2"}
 
+// kernelAPIImports: kernel/api, the REST contract every host speaks, is
+// pure data and functions over the kernel: it imports the kernel and the
+// standard library only (not the ledger, the scenarios or the detectors).
+var kernelAPIImports = []string{"kernel"}
+
+// hosts are the module's hosts of the kernel: the Go server, the Workers
+// front and the WebAssembly builds (browser, wasip1 and its wazero host).
+// No host imports another host's package: what they must agree on is in
+// the kernel and kernel/api. cmd/leaseplane wires the server to the wazero
+// engine and the pages, so it is no host of its own.
+var hosts = []string{"server", "cmd/worker", "wasm"}
+
+// hostOf is the host package p belongs to, or "".
+func hostOf(p string) string {
+	for _, h := range hosts {
+		if under(p, h) {
+			return h
+		}
+	}
+	return ""
+}
+
 func homeOf(imp string) (lib, home string) {
 	for l, h := range homes {
 		if under(imp, l) {
@@ -189,6 +211,12 @@ func TestDependencyRules(t *testing.T) {
 				}
 				if them == "wasm/wazero" && layerOf(me) == "wasm" && me != "wasm/parity" {
 					t.Errorf("%s imports wasm/wazero: only cmd/ wires engines", me)
+				}
+				if me == "kernel/api" && !slices.Contains(kernelAPIImports, them) {
+					t.Errorf("kernel/api imports %s: the REST contract imports only %v of the module", them, kernelAPIImports)
+				}
+				if h, ht := hostOf(me), hostOf(them); h != "" && ht != "" && h != ht {
+					t.Errorf("%s imports %s: no host imports another host's package (%s and %s); share through kernel/api or the kernel", me, them, h, ht)
 				}
 			default:
 				if under(me, "kernel") && !slices.Contains(kernelThirdParty[me], imp) {

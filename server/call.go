@@ -9,27 +9,40 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// Reasons the server itself answers with (the kernel's are in kernel).
+// Reasons the server itself answers with (the contract's, package
+// kernel/api; the kernel's are in kernel).
 const (
-	ReasonUnauthorized     = "unauthorized"
-	ReasonActorMismatch    = "actor_mismatch"
-	ReasonForbidden        = "forbidden"
-	ReasonUnavailable      = "unavailable"
-	ReasonTooLarge         = "body_too_large"
-	ReasonTimeout          = "request_timeout"
-	ReasonNotFound         = "not_found"
-	ReasonMethodNotAllowed = "method_not_allowed"
-	ReasonInternal         = "internal"
+	ReasonUnauthorized     = api.ReasonUnauthorized
+	ReasonActorMismatch    = api.ReasonActorMismatch
+	ReasonForbidden        = api.ReasonForbidden
+	ReasonUnavailable      = api.ReasonUnavailable
+	ReasonTooLarge         = api.ReasonTooLarge
+	ReasonTimeout          = api.ReasonTimeout
+	ReasonNotFound         = api.ReasonNotFound
+	ReasonMethodNotAllowed = api.ReasonMethodNotAllowed
+	ReasonInternal         = api.ReasonInternal
 )
 
 // reply is a decided answer with the header the REST route adds.
 type reply struct {
-	status     int
-	retryAfter int
-	answer     []byte
+	status      int
+	retryAfter  int
+	answer      []byte
+	contentType string // "" for JSON
+}
+
+// fromAPI is the contract's reply as the server's.
+func fromAPI(r api.Reply) reply {
+	return reply{status: r.Status, retryAfter: r.RetryAfter, answer: r.Body}
+}
+
+// apiKey is what the contract's role rules need of a key.
+func apiKey(k store.Key) api.Key {
+	return api.Key{Role: api.Role(k.Role), AgentDID: k.AgentDID}
 }
 
 // Call runs one command for the holder of key (the bearer key without
@@ -114,26 +127,15 @@ func (s *Server) decideAs(ctx context.Context, k store.Key, op kernel.Op, body [
 // its heldAsk h, which records the ask (nil otherwise); when it is not h's
 // turn to ask, nothing is applied and h.again is set.
 func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, body []byte, h *heldAsk) (reply, <-chan struct{}) {
-	switch op {
-	case kernel.OpAcquire, kernel.OpRelease, kernel.OpWait:
-	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
-		if k.Role != store.RoleOperator {
-			return refusal(403, ReasonForbidden, string(op)+" needs an operator key; this is "+withArticle(string(k.Role))+" key"), nil
-		}
-	default:
-		return reply{status: 400, answer: kernel.InvalidAnswer("op must be acquire, release, wait, suspend, resume or forget")}, nil
+	rt, ok := api.RouteOf(op)
+	if !ok {
+		return fromAPI(api.Invalid("op must be acquire, release, wait, suspend, resume or forget")), nil
 	}
-	if k.Role == store.RoleAgent && op != kernel.OpWait {
-		// Only an agent key needs the actorDid before the engine sees the
-		// command; for other keys the engine's own decoding refuses bad
-		// input with the same answer.
-		c, err := kernel.DecodeRequest(op, 0, body)
-		if err != nil {
-			return reply{status: 400, answer: kernel.InvalidAnswer(err.Error())}, nil
-		}
-		if c.ActorDid != k.AgentDID {
-			return refusalActor(k.AgentDID, c.ActorDid), nil
-		}
+	// The key's role for the op; an agent key's actorDid, read with the
+	// kernel's own decoding (for other keys the engine's decoding refuses
+	// bad input with the same answer).
+	if no := api.Admit(apiKey(k), rt, body); no != nil {
+		return fromAPI(*no), nil
 	}
 	ws, err := s.workspace(k.WorkspaceID)
 	if err != nil {
@@ -160,21 +162,15 @@ func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, 
 }
 
 func refusal(status int, reason, msg string) reply {
-	return reply{status: status, answer: kernel.RefusalAnswer(reason, msg)}
-}
-
-func refusalActor(keyDID, asked string) reply {
-	return reply{status: 403, answer: kernel.ActorMismatchAnswer(keyDID, asked)}
+	return fromAPI(api.Refusal(status, reason, msg))
 }
 
 func unavailable(err error) reply {
-	msg := "the lease plane cannot decide now; nothing was granted; retry"
+	what := ""
 	if err != nil {
-		msg += " (" + err.Error() + ")"
+		what = err.Error()
 	}
-	r := refusal(503, ReasonUnavailable, msg)
-	r.retryAfter = 1
-	return r
+	return fromAPI(api.Unavailable(what))
 }
 
 // Authenticate checks key as every route does before it reads a request:
@@ -201,15 +197,12 @@ type keyEntry struct {
 	epoch   int64
 }
 
-// maxKeyLen bounds what is looked up at all.
-const maxKeyLen = 200
-
 func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply, bool) {
 	if key == "" {
-		return store.Key{}, refusal(401, ReasonUnauthorized, "missing key: send Authorization: Bearer KEY"), false
+		return store.Key{}, fromAPI(api.MissingKey()), false
 	}
-	bad := func() reply { return refusal(401, ReasonUnauthorized, "unknown or revoked key") }
-	if len(key) > maxKeyLen || !strings.HasPrefix(key, store.KeyPrefix) {
+	bad := func() reply { return fromAPI(api.BadKey()) }
+	if !api.WellFormedKey(key) || !strings.HasPrefix(key, store.KeyPrefix) {
 		return store.Key{}, bad(), false
 	}
 	now := time.UnixMilli(s.nowMs())
@@ -295,12 +288,4 @@ func (s *Server) watchKeys(stop <-chan struct{}, done chan<- struct{}) {
 			}
 		}
 	}
-}
-
-// withArticle puts "a" or "an" before a role's name: "an agent", "a workspace".
-func withArticle(word string) string {
-	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
-		return "an " + word
-	}
-	return "a " + word
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/kernel/detect"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
@@ -22,9 +23,9 @@ import (
 // once however often runs repeat. A run is recorded in the ledger as an
 // entry of its own (detection.run); so is each drill run (drill.run).
 const (
-	RouteDetectors     = "/api/v1/detection/detectors"
-	RouteDetectionRun  = "/api/v1/detection/run"
-	RouteDetectionCase = "/api/v1/detection/cases"
+	RouteDetectors     = api.PathDetectors
+	RouteDetectionRun  = api.PathDetectionRun
+	RouteDetectionCase = api.PathDetectionCases
 )
 
 // HostOp is the log op of an entry the host adds to a workspace's record
@@ -247,10 +248,10 @@ func (s *Server) runDetector(ctx context.Context, ws int64, d detect.Detector) (
 func caseID(id int64) string { return "case_" + strconv.FormatInt(id, 10) }
 
 func (s *Server) detectionRoutes() {
-	s.mux.Handle(RouteDetectors, s.keyRoute(http.MethodGet, false, func(r *http.Request, k store.Key, body []byte) reply {
+	s.mux.Handle(RouteDetectors, s.keyRoute(api.Detectors, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		return jsonReply(map[string]any{"ok": true, "detectors": detect.Detectors()})
 	}))
-	s.mux.Handle(RouteDetectionRun, s.keyRoute(http.MethodPost, true, func(r *http.Request, k store.Key, body []byte) reply {
+	s.mux.Handle(RouteDetectionRun, s.keyRoute(api.DetectionRun, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		var req struct {
 			Detector *string `json:"detector"`
 		}
@@ -271,8 +272,8 @@ func (s *Server) detectionRoutes() {
 		}
 		return jsonReply(run)
 	}))
-	s.mux.Handle(RouteDetectionCase, s.keyRoute(http.MethodGet, false, func(r *http.Request, k store.Key, body []byte) reply {
-		status := r.URL.Query().Get("status")
+	s.mux.Handle(RouteDetectionCase, s.keyRoute(api.DetectionCases, func(r *http.Request, k store.Key, q api.Query, body []byte) reply {
+		status, _ := q.Get("status")
 		if status != "" && status != "open" {
 			return invalid(`status must be "open" or absent (every case)`)
 		}

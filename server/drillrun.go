@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,14 +12,15 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
 // Drill routes.
 const (
-	RouteDrillsRun     = "/api/v1/drills/run"
-	RouteDrillsRuns    = "/api/v1/drills/runs"
-	RouteDrillsCadence = "/api/v1/drills/cadence"
+	RouteDrillsRun     = api.PathDrillsRun
+	RouteDrillsRuns    = api.PathDrillsRuns
+	RouteDrillsCadence = api.PathDrillsCadence
 )
 
 // Cadence bounds: a cadence below a second would only queue runs behind
@@ -270,45 +270,11 @@ func parseRunID(s string) (int64, bool) {
 	return n, err == nil && strings.HasPrefix(s, "run_") && n > 0
 }
 
-// keyRoute answers a route that is not a kernel command: method check,
-// body limit, bearer key, role; h gets the key and body.
-func (s *Server) keyRoute(method string, operator bool, h func(r *http.Request, k store.Key, body []byte) reply) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := methodAndKey(w, r, method, writeReply)
-		if !ok {
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeReply(w, refusal(413, ReasonTooLarge, "the request body is larger than "+
-					strconv.FormatInt(s.cfg.MaxBodyBytes, 10)+" bytes"))
-				return
-			}
-			writeReply(w, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()))
-			return
-		}
-		s.life.RLock()
-		defer s.life.RUnlock()
-		if s.closed {
-			writeReply(w, unavailable(errShutdown))
-			return
-		}
-		k, rep, ok := s.authenticate(r.Context(), key)
-		if !ok {
-			refuseKey(w, rep, writeReply)
-			return
-		}
-		if operator && k.Role != store.RoleOperator {
-			writeReply(w, refusal(403, ReasonForbidden, r.URL.Path+" needs an operator key; this is "+withArticle(string(k.Role))+" key"))
-			return
-		}
-		if k.Role == store.RoleAgent {
-			writeReply(w, refusal(403, ReasonForbidden, r.URL.Path+" needs a workspace or operator key; this is an agent key"))
-			return
-		}
-		writeReply(w, h(r, k, body))
+// keyRoute is a drill or detection route: authed's checks, then h while
+// the server is open.
+func (s *Server) keyRoute(rt api.Route, h keyHandler) http.Handler {
+	return s.authed(rt, func(r *http.Request, k store.Key, q api.Query, body []byte) reply {
+		return s.open(func() reply { return h(r, k, q, body) })
 	})
 }
 
@@ -352,7 +318,7 @@ func invalid(msg string) reply {
 }
 
 func (s *Server) drillRoutes() {
-	s.mux.Handle(RouteDrillsRun, s.keyRoute(http.MethodPost, true, func(r *http.Request, k store.Key, body []byte) reply {
+	s.mux.Handle(RouteDrillsRun, s.keyRoute(api.DrillsRun, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		var req struct{}
 		if err := decodeStrict(body, &req); err != nil {
 			return invalid(err.Error() + " (POST " + RouteDrillsRun + " takes {})")
@@ -364,9 +330,9 @@ func (s *Server) drillRoutes() {
 		}
 		return jsonReply(map[string]any{"ok": true, "id": runID(id)})
 	}))
-	s.mux.Handle(RouteDrillsRuns, s.keyRoute(http.MethodGet, false, func(r *http.Request, k store.Key, body []byte) reply {
+	s.mux.Handle(RouteDrillsRuns, s.keyRoute(api.DrillsRuns, func(r *http.Request, k store.Key, q api.Query, body []byte) reply {
 		limit := 20
-		if v := r.URL.Query().Get("limit"); v != "" {
+		if v, ok := q.Get("limit"); ok {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 1000 {
 				return invalid("limit must be an integer from 1 to 1000")
@@ -379,7 +345,7 @@ func (s *Server) drillRoutes() {
 		}
 		return jsonReply(map[string]any{"ok": true, "everyMs": s.drills.cadenceOf(k.WorkspaceID), "runs": each(runs, toRunJSON)})
 	}))
-	s.mux.Handle(RouteDrillsCadence, s.keyRoute(http.MethodPut, true, func(r *http.Request, k store.Key, body []byte) reply {
+	s.mux.Handle(RouteDrillsCadence, s.keyRoute(api.DrillsCadence, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		var req struct {
 			EveryMs json.RawMessage `json:"everyMs"`
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,11 +11,12 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
 // RouteEvents streams a workspace's events as Server-Sent Events.
-const RouteEvents = "/api/v1/acp/coordination/events"
+const RouteEvents = api.PathEvents
 
 // The events stream (GET RouteEvents) sends a workspace's events as they
 // are committed: the committer hands every committed command's events to
@@ -250,28 +250,18 @@ func eventsQuery(r *http.Request) (eventFilter, error) {
 	return f, nil
 }
 
-// events answers GET RouteEvents.
-func (s *Server) eventsRoute(w http.ResponseWriter, r *http.Request) {
-	key, ok := methodAndKey(w, r, http.MethodGet, writeEarly)
-	if !ok {
-		return
-	}
-	k, rep, ok := s.authenticateLive(r.Context(), key)
-	if !ok {
-		refuseKey(w, rep, writeEarly)
-		return
-	}
-	// A GET has no body; reading it to its end lifts the body deadline.
-	io.Copy(io.Discard, io.LimitReader(r.Body, 1))
-	r.Body.Close()
+// events answers GET RouteEvents, behind keyed (which read the body to its
+// end, lifting the body deadline).
+func (s *Server) eventsRoute(w http.ResponseWriter, r *http.Request, k store.Key, _ api.Query, _ []byte) {
+	key, _ := api.BearerKey(r.Header.Get("Authorization")) // checked again on every ping
 	f, err := eventsQuery(r)
 	if err != nil {
 		writeReply(w, refusal(400, kernel.ReasonInvalid, err.Error()))
 		return
 	}
 	if k.Role == store.RoleAgent {
-		if f.actor != "" && f.actor != k.AgentDID {
-			writeReply(w, refusalActor(k.AgentDID, f.actor))
+		if no := api.AuthorizeActor(apiKey(k), f.actor); f.actor != "" && no != nil {
+			writeReply(w, fromAPI(*no))
 			return
 		}
 		f.actor = k.AgentDID

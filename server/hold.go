@@ -5,42 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/store"
 )
-
-// MaxWaitUpToMs is the longest a lease request may be held
-// (POST lease?waitUpToMs=N, N ≤ 30000).
-const MaxWaitUpToMs = 30000
 
 // claimMargin is how long before the end of a held caller's claim the
 // server asks again on its behalf, so the claim (and its queue place) is
 // kept while it waits.
 const claimMargin = 300 * time.Millisecond
 
-// ParseWaitUpTo reads the waitUpToMs query parameter: "" is no wait.
-func ParseWaitUpTo(v string) (time.Duration, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 32)
-	if err != nil || n > MaxWaitUpToMs || v[0] == '+' {
-		return 0, &waitUpToError{v}
-	}
-	return time.Duration(n) * time.Millisecond, nil
-}
-
-type waitUpToError struct{ v string }
-
-func (e *waitUpToError) Error() string {
-	return "waitUpToMs must be a whole number of milliseconds from 0 to " + strconv.Itoa(MaxWaitUpToMs) + ", not " + strconv.Quote(e.v)
-}
-
 // CallWaiting is Call for an acquire that may be held up to waitUpTo
-// (at most MaxWaitUpToMs): while the answer is lease_held, the server asks
+// (at most api.MaxWaitUpToMs): while the answer is lease_held, the server asks
 // again on the caller's behalf at the plane's own moments — when something
 // in the workspace may have freed (a release, a lapse or revocation, a
 // claim ending: any alarm tick or command at or after the next alarm, a
@@ -73,7 +51,7 @@ type heldAnswer struct {
 var leaseHeldMark = []byte(`"reason":"lease_held"`)
 
 func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpTo time.Duration) reply {
-	waitUpTo = min(waitUpTo, MaxWaitUpToMs*time.Millisecond)
+	waitUpTo = min(waitUpTo, api.MaxWaitUpToMs*time.Millisecond)
 	deadline := s.cfg.Clock().Add(waitUpTo)
 	c, err := kernel.DecodeRequest(kernel.OpAcquire, 0, body)
 	if err != nil {

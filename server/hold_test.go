@@ -13,34 +13,6 @@ import (
 	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
-func TestParseWaitUpTo(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-		bad  bool
-	}{
-		{"", 0, false},
-		{"0", 0, false},
-		{"250", 250 * time.Millisecond, false},
-		{"30000", 30 * time.Second, false},
-		{"30001", 0, true},
-		{"-1", 0, true},
-		{"+5", 0, true},
-		{"1.5", 0, true},
-		{"1e3", 0, true},
-		{"ten", 0, true},
-		{"99999999999999999999", 0, true},
-	} {
-		got, err := ParseWaitUpTo(tc.in)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("ParseWaitUpTo(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.bad)
-		}
-		if err != nil && !strings.Contains(err.Error(), "waitUpToMs") {
-			t.Errorf("ParseWaitUpTo(%q): error %q does not name waitUpToMs", tc.in, err)
-		}
-	}
-}
-
 type heldResult struct {
 	status int
 	body   []byte

@@ -13,37 +13,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseplane/leaseplane/kernel"
-	"github.com/leaseplane/leaseplane/server/httparg"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// The routes.
+// The routes (the contract's paths, package kernel/api).
 const (
-	RouteLease   = "/api/v1/acp/coordination/lease"
-	RouteRelease = "/api/v1/acp/coordination/release"
-	RouteWait    = "/api/v1/acp/coordination/wait"
-	RouteSuspend = "/api/v1/acp/operator/suspend"
-	RouteResume  = "/api/v1/acp/operator/resume"
-	RouteForget  = "/api/v1/acp/operator/forget"
+	RouteLease   = api.PathLease
+	RouteRelease = api.PathRelease
+	RouteWait    = api.PathWait
+	RouteSuspend = api.PathSuspend
+	RouteResume  = api.PathResume
+	RouteForget  = api.PathForget
 )
 
 func (s *Server) routes() {
-	s.mux.Handle(RouteLease, s.route(http.MethodPost, kernel.OpAcquire))
-	s.mux.Handle(RouteRelease, s.route(http.MethodPost, kernel.OpRelease))
-	s.mux.Handle(RouteWait, s.route(http.MethodGet, kernel.OpWait))
-	s.mux.Handle(RouteSuspend, s.route(http.MethodPost, kernel.OpSuspend))
-	s.mux.Handle(RouteResume, s.route(http.MethodPost, kernel.OpResume))
-	s.mux.Handle(RouteForget, s.route(http.MethodPost, kernel.OpForget))
-	s.mux.HandleFunc(RouteEvents, s.eventsRoute)
-	s.mux.HandleFunc(RouteWhoami, s.whoami)
+	for _, rt := range api.LeaseRoutes {
+		s.mux.Handle(rt.Path, s.authed(rt, s.leaseRoute(rt)))
+	}
+	s.mux.Handle(RouteEvents, s.keyed(api.Events, s.eventsRoute))
+	s.mux.Handle(RouteWhoami, s.authed(api.Whoami, s.whoami))
 	s.mux.HandleFunc(RouteOpenAPI, s.openapi)
-	s.mux.HandleFunc(ledger.RoutePrefix, s.ledgerRoute)
+	s.mux.Handle(ledger.RoutePrefix, s.ledgerRoutes())
 	s.drillRoutes()
 	s.detectionRoutes()
 	s.mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeReply(w, refusal(404, ReasonNotFound, "no route "+r.URL.Path+"; the routes are "+
-			RouteLease+", "+RouteRelease+", "+RouteWait+", "+RouteEvents+", "+RouteSuspend+", "+RouteResume+" and "+RouteForget))
+		writeReply(w, fromAPI(api.NotFound(r.URL.Path, api.RouteList)))
 	}))
 	s.mux.HandleFunc("/healthz", s.healthz)
 	s.mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
@@ -51,18 +47,9 @@ func (s *Server) routes() {
 
 // RouteWhoami tells a key's holder what the key is: its workspace, its
 // role and, for an agent key, the agent it names (the CLI's --as default).
-const RouteWhoami = "/api/v1/whoami"
+const RouteWhoami = api.PathWhoami
 
-func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
-	key, ok := methodAndKey(w, r, http.MethodGet, writeEarly)
-	if !ok {
-		return
-	}
-	k, rep, ok := s.authenticateLive(r.Context(), key)
-	if !ok {
-		refuseKey(w, rep, writeEarly)
-		return
-	}
+func (s *Server) whoami(r *http.Request, k store.Key, _ api.Query, _ []byte) reply {
 	b := append([]byte(nil), `{"ok":true,"workspace":`...)
 	b = kernel.AppendQuote(b, k.Workspace)
 	b = append(b, `,"role":`...)
@@ -71,62 +58,20 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 		b = append(b, `,"actorDid":`...)
 		b = kernel.AppendQuote(b, k.AgentDID)
 	}
-	writeReply(w, reply{status: 200, answer: append(b, '}')})
+	return reply{status: 200, answer: append(b, '}')}
 }
 
-// route answers one lease route: method check, bearer key (checked before
-// any of the body is read, so a client without a key cannot hold a
-// connection by sending a body slowly), the body's declared and actual
-// size, then Call's path.
-func (s *Server) route(method string, op kernel.Op) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := methodAndKey(w, r, method, writeEarly)
-		if !ok {
-			return
-		}
+// keyHandler answers a route for the holder of k, after authed checked
+// everything the contract checks before a route's own work: q is the
+// route's query, read strictly, and body the whole request body.
+type keyHandler func(r *http.Request, k store.Key, q api.Query, body []byte) reply
+
+// authed is the one wrapper of every route that takes a key and answers
+// one reply (keyed's checks, then h's reply written).
+func (s *Server) authed(rt api.Route, h keyHandler) http.Handler {
+	return s.keyed(rt, func(w http.ResponseWriter, r *http.Request, k store.Key, q api.Query, body []byte) {
 		start := time.Now()
-		k, rep, ok := s.authenticateLive(r.Context(), key)
-		if !ok {
-			s.metrics.observe(op, rep.status, time.Since(start))
-			refuseKey(w, rep, writeEarly)
-			return
-		}
-		if r.ContentLength > s.cfg.MaxBodyBytes {
-			writeEarly(w, tooLarge(s.cfg.MaxBodyBytes))
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			var ne net.Error
-			switch {
-			case errors.As(err, &tooBig):
-				writeEarly(w, tooLarge(s.cfg.MaxBodyBytes))
-			case s.stopping():
-				writeEarly(w, unavailable(errShutdown))
-			case errors.As(err, &ne) && ne.Timeout():
-				writeEarly(w, refusal(408, ReasonTimeout, "the request body did not arrive within "+s.cfg.BodyTimeout.String()))
-			default:
-				writeEarly(w, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()))
-			}
-			return
-		}
-		if op == kernel.OpWait && r.URL.RawQuery != "" {
-			if body, err = httparg.WaitBody(r.URL.Query()); err != nil {
-				writeReply(w, refusal(400, kernel.ReasonInvalid, err.Error()))
-				return
-			}
-		}
-		if waitUpTo := r.URL.Query().Get("waitUpToMs"); op == kernel.OpAcquire && waitUpTo != "" {
-			d, err := ParseWaitUpTo(waitUpTo)
-			if err != nil {
-				writeReply(w, refusal(400, kernel.ReasonInvalid, err.Error()))
-				return
-			}
-			rep = s.callHeld(r.Context(), k, body, d)
-		} else {
-			rep = s.callAs(r.Context(), k, op, body, start)
-		}
+		rep := h(r, k, q, body)
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rep.status,
 				"remote", r.RemoteAddr, "us", time.Since(start).Microseconds())
@@ -135,8 +80,106 @@ func (s *Server) route(method string, op kernel.Op) http.Handler {
 	})
 }
 
-func tooLarge(max int64) reply {
-	return refusal(413, ReasonTooLarge, "the request body is larger than "+strconv.FormatInt(max, 10)+" bytes")
+// keyed is the one wrapper of every route that takes a key. In order, each
+// checked once: the method (405), the bearer key, before any of the body is
+// read, so a client without a key cannot hold a connection by sending a
+// body slowly (401; 503 when the server is shutting down or the look-up
+// failed), the key's role for the route (403), the query parameters,
+// strictly (400 naming an unknown or repeated one), the body's declared
+// and actual size (413) and its arrival (408). A refusal before the body
+// is read closes the connection. h does the route's own work and writes
+// its answer (a stream, for the events route).
+func (s *Server) keyed(rt api.Route, h func(w http.ResponseWriter, r *http.Request, k store.Key, q api.Query, body []byte)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !rt.Allows(r.Method) {
+			w.Header().Set("Allow", rt.Method)
+			writeEarly(w, fromAPI(api.MethodNotAllowed(rt, r.Method)))
+			return
+		}
+		key, ok := api.BearerKey(r.Header.Get("Authorization"))
+		if !ok {
+			refuseKey(w, fromAPI(api.MalformedAuthorization()))
+			return
+		}
+		start := time.Now()
+		k, rep, ok := s.authenticateLive(r.Context(), key)
+		if !ok {
+			if rt.Op != "" {
+				s.metrics.observe(rt.Op, rep.status, time.Since(start))
+			}
+			refuseKey(w, rep)
+			return
+		}
+		if no := api.Authorize(apiKey(k), rt); no != nil {
+			writeEarly(w, fromAPI(*no))
+			return
+		}
+		q, err := api.ParseQuery(rt, r.URL.RawQuery)
+		if err != nil {
+			writeEarly(w, fromAPI(api.BadQuery(err)))
+			return
+		}
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			writeEarly(w, fromAPI(api.TooLarge(s.cfg.MaxBodyBytes)))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			var ne net.Error
+			switch {
+			case errors.As(err, &tooBig):
+				writeEarly(w, fromAPI(api.TooLarge(s.cfg.MaxBodyBytes)))
+			case s.stopping():
+				writeEarly(w, unavailable(errShutdown))
+			case errors.As(err, &ne) && ne.Timeout():
+				writeEarly(w, fromAPI(api.Timeout(s.cfg.BodyTimeout.String())))
+			default:
+				writeEarly(w, fromAPI(api.Invalid("reading the request body failed: "+err.Error())))
+			}
+			return
+		}
+		h(w, r, k, q, body)
+	})
+}
+
+// leaseRoute is the work of a lease route: the query's part of the command
+// (wait's page, which replaces the body when a query is given; acquire's
+// waitUpToMs), then Call's path.
+func (s *Server) leaseRoute(rt api.Route) keyHandler {
+	return func(r *http.Request, k store.Key, q api.Query, body []byte) reply {
+		start := time.Now()
+		switch rt.Op {
+		case kernel.OpWait:
+			if r.URL.RawQuery != "" { // else the body, as the kernel reads it
+				b, err := api.WaitBody(q)
+				if err != nil {
+					return fromAPI(api.BadQuery(err))
+				}
+				body = b
+			}
+		case kernel.OpAcquire:
+			ms, held, err := api.WaitUpTo(q, body)
+			if err != nil {
+				return fromAPI(api.BadQuery(err))
+			}
+			if held {
+				return s.callHeld(r.Context(), k, body, time.Duration(ms)*time.Millisecond)
+			}
+		}
+		return s.callAs(r.Context(), k, rt.Op, body, start)
+	}
+}
+
+// open runs f while the server is open (s.life held for reading), or
+// answers 503 once Shutdown has closed it.
+func (s *Server) open(f func() reply) reply {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return unavailable(errShutdown)
+	}
+	return f()
 }
 
 // writeEarly answers before the body was read (or after reading it
@@ -147,29 +190,13 @@ func writeEarly(w http.ResponseWriter, r reply) {
 	writeReply(w, r)
 }
 
-// methodAndKey checks r's method (HEAD passes where GET is asked) and
-// takes its bearer key; when it refuses (405, 401) it has answered with
-// write, and ok is false.
-func methodAndKey(w http.ResponseWriter, r *http.Request, method string, write func(http.ResponseWriter, reply)) (key string, ok bool) {
-	if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
-		w.Header().Set("Allow", method)
-		write(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method))
-		return "", false
-	}
-	if key, ok = httparg.BearerKey(r.Header.Get("Authorization")); !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-		write(w, refusal(401, ReasonUnauthorized, "the Authorization header must be Bearer KEY"))
-	}
-	return key, ok
-}
-
 // refuseKey answers the refusal of a key (401 with WWW-Authenticate, or
-// 503 when the look-up failed) with write.
-func refuseKey(w http.ResponseWriter, rep reply, write func(http.ResponseWriter, reply)) {
+// 503 when the look-up failed) before the body is read.
+func refuseKey(w http.ResponseWriter, rep reply) {
 	if rep.status == 401 {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
 	}
-	write(w, rep)
+	writeEarly(w, rep)
 }
 
 var (
@@ -182,6 +209,9 @@ var (
 func writeReply(w http.ResponseWriter, r reply) {
 	h := w.Header()
 	h["Content-Type"] = jsonType
+	if r.contentType != "" {
+		h.Set("Content-Type", r.contentType)
+	}
 	h["X-Content-Type-Options"] = noSniff
 	h["Cache-Control"] = noStore
 	if r.retryAfter > 0 {
@@ -254,7 +284,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.log.Error("handler panicked", "path", r.URL.Path, "panic", v)
-				writeReply(w, refusal(500, ReasonInternal, "the server failed on this request; it is logged"))
+				writeReply(w, fromAPI(api.Internal()))
 			}
 		}()
 		next.ServeHTTP(w, r)

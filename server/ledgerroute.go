@@ -2,64 +2,46 @@ package server
 
 import (
 	"net/http"
-	"strconv"
 
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// ledgerRoute answers GET /api/v1/ledger/...: the caller's workspace's
-// ledger, under the same keys as the lease routes (any role: a ledger is
-// readable by everyone its workspace trusts to lease); and POST
-// /api/v1/ledger/exported, which records an export (a workspace or
-// operator key: it lets retention drop entry bodies).
-func (s *Server) ledgerRoute(w http.ResponseWriter, r *http.Request) {
-	name, _ := ledger.SplitRoute(r.URL.Path)
-	method := http.MethodGet
-	if name == ledger.RouteExported {
-		method = http.MethodPost
+// ledgerRoutes answers /api/v1/ledger/...: each route of the contract's
+// api.LedgerRoutes behind authed (GET for any key of the workspace: a
+// ledger is readable by everyone its workspace trusts to lease; POST
+// exported, which records an export and lets retention drop entry bodies,
+// for a workspace or operator key), and 404 for any other path there.
+func (s *Server) ledgerRoutes() http.Handler {
+	hs := map[string]http.Handler{}
+	for _, rt := range api.LedgerRoutes {
+		name, _ := ledger.SplitRoute(rt.Path)
+		hs[rt.Path] = s.authed(rt, func(r *http.Request, k store.Key, q api.Query, _ []byte) reply {
+			return s.ledgerRoute(r, k, name, q)
+		})
 	}
-	key, ok := methodAndKey(w, r, method, writeReply)
-	if !ok {
-		return
-	}
-	s.life.RLock()
-	closed := s.closed
-	s.life.RUnlock()
-	if closed {
-		writeReply(w, unavailable(errShutdown))
-		return
-	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, ok := hs[r.URL.Path]
+		if !ok {
+			writeReply(w, fromAPI(api.NotFound(r.URL.Path, api.LedgerRouteList)))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) ledgerRoute(r *http.Request, k store.Key, name string, q api.Query) reply {
 	if s.ledger == nil {
-		writeReply(w, refusal(404, ReasonNotFound, "this server runs without a ledger"))
-		return
-	}
-	k, rep, ok := s.authenticate(r.Context(), key)
-	if !ok {
-		refuseKey(w, rep, writeReply)
-		return
-	}
-	if method == http.MethodPost && k.Role == store.RoleAgent {
-		writeReply(w, refusal(403, ReasonForbidden, "recording an export needs a workspace or operator key; this is an agent key"))
-		return
+		return refusal(404, ReasonNotFound, "this server runs without a ledger")
 	}
 	if _, err := s.workspace(k.WorkspaceID); err != nil {
-		writeReply(w, unavailable(err))
-		return
+		return unavailable(err)
 	}
 	// Opened at the workspace's load; again here in case that failed.
 	if err := s.ledger.Workspace(k.WorkspaceID, k.Workspace); err != nil {
-		writeReply(w, unavailable(err))
-		return
+		return unavailable(err)
 	}
-	lr := s.ledger.Route(r.Context(), k.WorkspaceID, name, r.URL.Query())
-	h := w.Header()
-	h.Set("Content-Type", lr.ContentType)
-	h["X-Content-Type-Options"] = noSniff
-	h["Cache-Control"] = noStore
-	if lr.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(lr.RetryAfter))
-	}
-	w.WriteHeader(lr.Status)
-	w.Write(lr.Body)
+	lr := s.ledger.Route(r.Context(), k.WorkspaceID, name, q.Values())
+	return reply{status: lr.Status, retryAfter: lr.RetryAfter, answer: lr.Body, contentType: lr.ContentType}
 }

@@ -11,38 +11,19 @@ import (
 	"strings"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
-// The lease routes, as the server names them, and the op each one runs.
-var routes = map[string]struct {
-	method string
-	op     kernel.Op
-}{
-	"/api/v1/acp/coordination/lease":   {"POST", kernel.OpAcquire},
-	"/api/v1/acp/coordination/release": {"POST", kernel.OpRelease},
-	"/api/v1/acp/coordination/wait":    {"GET", kernel.OpWait},
-	"/api/v1/acp/operator/suspend":     {"POST", kernel.OpSuspend},
-	"/api/v1/acp/operator/resume":      {"POST", kernel.OpResume},
-	"/api/v1/acp/operator/forget":      {"POST", kernel.OpForget},
-}
-
-const routeList = "/api/v1/acp/coordination/lease, /api/v1/acp/coordination/release, " +
-	"/api/v1/acp/coordination/wait, /api/v1/acp/operator/suspend, /api/v1/acp/operator/resume and " +
-	"/api/v1/acp/operator/forget"
-
-// The ledger's routes (GET /api/v1/ledger/NAME), answered by the object.
+// The ledger's routes (GET /api/v1/ledger/NAME) the object answers.
 var ledgerRoutes = map[string]bool{"key": true, "checkpoint": true, "entries": true, "proof": true, "consistency": true, "receipt": true}
 
 const ledgerRouteList = "/api/v1/ledger/key, checkpoint, entries, proof, consistency and receipt"
 
-// maxBodyBytes is the server's default request body limit (413 above it).
-const maxBodyBytes = 8192
-
-// maxKeyLen bounds what is looked up at all, as the server does.
-const maxKeyLen = 200
-
-// keyPrefix starts every key: "lp_" ID "_" secret, as on the server.
-const keyPrefix = "lp_"
+// The contract's bounds (package kernel/api), as on the server.
+const (
+	maxBodyBytes = api.DefaultMaxBodyBytes // 413 above it
+	keyPrefix    = api.KeyPrefix           // every key is "lp_" ID "_" secret
+)
 
 // reply is a decided answer: status, Retry-After (0 for none), body and
 // its type (empty for JSON).
@@ -53,43 +34,22 @@ type reply struct {
 	contentType string
 }
 
-func refusal(status int, reason, msg string) reply {
-	return reply{status: status, body: kernel.RefusalAnswer(reason, msg)}
+func refusal(status int, reason, msg string) reply { return fromAPI(api.Refusal(status, reason, msg)) }
+
+// fromAPI is the contract's reply as the front's.
+func fromAPI(r api.Reply) reply {
+	return reply{status: r.Status, retryAfter: r.RetryAfter, body: r.Body}
 }
 
-func refusalActor(keyDID, asked string) reply {
-	return reply{status: 403, body: kernel.ActorMismatchAnswer(keyDID, asked)}
-}
+func tooLarge() reply { return fromAPI(api.TooLarge(maxBodyBytes)) }
 
-func tooLarge() reply {
-	return refusal(413, "body_too_large", "the request body is larger than "+strconv.Itoa(maxBodyBytes)+" bytes")
-}
-
-// maxWaitUpToMs is the longest a lease request may be held
-// (POST lease?waitUpToMs=N), as on the server.
-const maxWaitUpToMs = 30000
-
-// parseWaitUpTo reads waitUpToMs as the server does.
-func parseWaitUpTo(v string) (int, error) {
-	n, err := strconv.ParseUint(v, 10, 32)
-	if err != nil || n > maxWaitUpToMs || v[0] == '+' {
-		return 0, errors.New("waitUpToMs must be a whole number of milliseconds from 0 to " +
-			strconv.Itoa(maxWaitUpToMs) + ", not " + strconv.Quote(v))
-	}
-	return int(n), nil
-}
-
-func unavailable(what string) reply {
-	r := refusal(503, "unavailable", "the lease plane cannot decide now; nothing was granted; retry ("+what+")")
-	r.retryAfter = 1
-	return r
-}
+func unavailable(what string) reply { return fromAPI(api.Unavailable(what)) }
 
 // The roles of keys, as on the server.
 const (
-	roleWorkspace = "workspace"
-	roleAgent     = "agent"
-	roleOperator  = "operator"
+	roleWorkspace = string(api.RoleWorkspace)
+	roleAgent     = string(api.RoleAgent)
+	roleOperator  = string(api.RoleOperator)
 )
 
 // keyRecord is what the key store holds under a key's hash: never the key.
@@ -168,10 +128,10 @@ type keyStore interface {
 // key, 503 when the store fails.
 func authenticate(ks keyStore, key string) (keyRecord, reply, bool) {
 	if key == "" {
-		return keyRecord{}, refusal(401, "unauthorized", "missing key: send Authorization: Bearer KEY"), false
+		return keyRecord{}, fromAPI(api.MissingKey()), false
 	}
-	bad := refusal(401, "unauthorized", "unknown or revoked key")
-	if len(key) > maxKeyLen || !strings.HasPrefix(key, keyPrefix) {
+	bad := fromAPI(api.BadKey())
+	if !api.WellFormedKey(key) {
 		return keyRecord{}, bad, false
 	}
 	v, found, err := ks.Get(keyName(key))
@@ -188,30 +148,16 @@ func authenticate(ks keyStore, key string) (keyRecord, reply, bool) {
 	return k, reply{}, true
 }
 
-// admit decides what the front can decide for one lease request: the key's
-// role for the op, and an agent key's actorDid. ok means: send the
-// command to the workspace's object.
+// admit decides what the front can decide for one lease request, by the
+// contract's rules (api.Admit): the key's role for the op, and an agent
+// key's actorDid. ok means: send the command to the workspace's object.
 func admit(k keyRecord, op kernel.Op, body []byte) (reply, bool) {
-	switch op {
-	case kernel.OpSuspend, kernel.OpResume, kernel.OpForget:
-		if k.role != roleOperator {
-			article := "a "
-			if strings.HasPrefix(k.role, "a") {
-				article = "an " // "an agent key"
-			}
-			return refusal(403, "forbidden", string(op)+" needs an operator key; this is "+article+k.role+" key"), false
-		}
+	rt, ok := api.RouteOf(op)
+	if !ok {
+		return fromAPI(api.Invalid("op " + string(op) + " has no route")), false
 	}
-	if k.role == roleAgent && op != kernel.OpWait {
-		// The kernel's own decoding, so a bad body is refused with the
-		// same words as by the server and by the object.
-		c, err := kernel.DecodeRequest(op, 0, body)
-		if err != nil {
-			return reply{status: 400, body: kernel.InvalidAnswer(err.Error())}, false
-		}
-		if c.ActorDid != k.agentDID {
-			return refusalActor(k.agentDID, c.ActorDid), false
-		}
+	if no := api.Admit(api.Key{Role: api.Role(k.role), AgentDID: k.agentDID}, rt, body); no != nil {
+		return fromAPI(*no), false
 	}
 	return reply{}, true
 }

@@ -122,18 +122,3 @@ func TestValidWorkspaceNameAndAgent(t *testing.T) {
 		t.Error("sameSecret")
 	}
 }
-
-func TestParseWaitUpTo(t *testing.T) {
-	for v, want := range map[string]int{"0": 0, "1500": 1500, "30000": 30000, "30001": -1, "+5": -1, "-1": -1, "1.5": -1, "x": -1} {
-		got, err := parseWaitUpTo(v)
-		if want < 0 {
-			if err == nil || !strings.Contains(err.Error(), "waitUpToMs must be a whole number of milliseconds from 0 to 30000") {
-				t.Errorf("parseWaitUpTo(%q) = %d, %v; want an error", v, got, err)
-			}
-			continue
-		}
-		if err != nil || got != want {
-			t.Errorf("parseWaitUpTo(%q) = %d, %v; want %d", v, got, err, want)
-		}
-	}
-}

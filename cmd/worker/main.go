@@ -15,7 +15,7 @@ import (
 	"github.com/syumai/workers/cloudflare/kv"
 
 	"github.com/leaseplane/leaseplane/kernel"
-	"github.com/leaseplane/leaseplane/server/httparg"
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
 // The bindings of wrangler.jsonc.
@@ -39,27 +39,31 @@ func handle(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, "/api/v1/ledger/"):
 		write(w, ledgerRoute(r))
 	default:
-		rt, ok := routes[path]
+		rt, ok := api.LeaseRoute(path)
 		if !ok {
-			write(w, refusal(404, "not_found", "no route "+path+"; the routes are "+routeList))
+			write(w, fromAPI(api.NotFound(path, api.LeaseRouteList)))
 			return
 		}
-		if r.Method != rt.method && !(rt.method == "GET" && r.Method == "HEAD") {
-			w.Header().Set("Allow", rt.method)
-			write(w, refusal(405, "method_not_allowed", path+" takes "+rt.method+", not "+r.Method))
+		if !rt.Allows(r.Method) {
+			w.Header().Set("Allow", rt.Method)
+			write(w, fromAPI(api.MethodNotAllowed(rt, r.Method)))
 			return
 		}
-		write(w, lease(r, rt.op))
+		write(w, lease(r, rt))
 	}
 }
 
 // lease authenticates one lease request and sends it to its workspace's
 // object.
-func lease(r *http.Request, op kernel.Op) reply {
+func lease(r *http.Request, rt api.Route) reply {
 	// The key is checked before any of the body is read, as on the server.
 	k, rep, ok := requestKey(r)
 	if !ok {
 		return rep
+	}
+	q, err := api.ParseQuery(rt, r.URL.RawQuery)
+	if err != nil {
+		return fromAPI(api.BadQuery(err))
 	}
 	if r.ContentLength > maxBodyBytes {
 		return tooLarge()
@@ -68,22 +72,23 @@ func lease(r *http.Request, op kernel.Op) reply {
 	if !ok {
 		return rep
 	}
-	if op == kernel.OpWait && r.URL.RawQuery != "" {
-		var err error
-		if body, err = httparg.WaitBody(r.URL.Query()); err != nil {
-			return refusal(400, kernel.ReasonInvalid, err.Error())
+	if rt.Op == kernel.OpWait && r.URL.RawQuery != "" {
+		if body, err = api.WaitBody(q); err != nil {
+			return fromAPI(api.BadQuery(err))
 		}
 	}
-	if rep, ok := admit(k, op, body); !ok {
+	if rep, ok := admit(k, rt.Op, body); !ok {
 		return rep
 	}
-	path := "/op/" + string(op)
-	if v := r.URL.Query().Get("waitUpToMs"); op == kernel.OpAcquire && v != "" {
-		ms, err := parseWaitUpTo(v)
+	path := "/op/" + string(rt.Op)
+	if rt.Op == kernel.OpAcquire {
+		ms, held, err := api.WaitUpTo(q, body)
 		if err != nil {
-			return refusal(400, kernel.ReasonInvalid, err.Error())
+			return fromAPI(api.BadQuery(err))
 		}
-		path += "?waitUpToMs=" + strconv.Itoa(ms)
+		if held {
+			path += "?" + api.ParamWaitUpToMs + "=" + strconv.Itoa(ms)
+		}
 	}
 	return toObject(k.workspace, path, body)
 }
@@ -102,15 +107,20 @@ func ledgerRoute(r *http.Request) reply {
 	if !ok {
 		return rep
 	}
+	if rt, ok := api.LedgerRoute(r.URL.Path); ok {
+		if _, err := api.ParseQuery(rt, r.URL.RawQuery); err != nil {
+			return fromAPI(api.BadQuery(err))
+		}
+	}
 	return toObject(k.workspace, "/ledger/"+name+"?"+r.URL.RawQuery, nil)
 }
 
 // requestKey checks r's bearer key: the key's record, or the refusal to
 // answer (401, or 503 when the keys cannot be read).
 func requestKey(r *http.Request) (keyRecord, reply, bool) {
-	key, ok := httparg.BearerKey(r.Header.Get("Authorization"))
+	key, ok := api.BearerKey(r.Header.Get("Authorization"))
 	if !ok {
-		return keyRecord{}, refusal(401, "unauthorized", "the Authorization header must be Bearer KEY"), false
+		return keyRecord{}, fromAPI(api.MalformedAuthorization()), false
 	}
 	ks, err := openKeys()
 	if err != nil {
@@ -125,7 +135,7 @@ func readBody(r *http.Request) ([]byte, reply, bool) {
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
-		return nil, refusal(400, kernel.ReasonInvalid, "reading the request body failed: "+err.Error()), false
+		return nil, fromAPI(api.Invalid("reading the request body failed: " + err.Error())), false
 	}
 	if len(body) > maxBodyBytes {
 		return nil, tooLarge(), false
@@ -203,7 +213,7 @@ func admin(r *http.Request) reply {
 	if secret == "" {
 		return refusal(404, "not_found", "the admin routes are off: set the "+secretAdmin+" secret")
 	}
-	key, ok := httparg.BearerKey(r.Header.Get("Authorization"))
+	key, ok := api.BearerKey(r.Header.Get("Authorization"))
 	if !ok || !sameSecret(key, secret) {
 		return refusal(401, "unauthorized", "the admin routes need Authorization: Bearer "+secretAdmin)
 	}

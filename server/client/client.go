@@ -24,13 +24,14 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
-// Route paths of the REST API.
+// Route paths of the REST API (the contract's, package kernel/api).
 const (
-	PathLease   = "/api/v1/acp/coordination/lease"
-	PathRelease = "/api/v1/acp/coordination/release"
-	PathWait    = "/api/v1/acp/coordination/wait"
+	PathLease   = api.PathLease
+	PathRelease = api.PathRelease
+	PathWait    = api.PathWait
 )
 
 // MaxAnswerBytes bounds an answer body; a longer one is a transport error.
@@ -77,8 +78,8 @@ func (c *Client) Call(ctx context.Context, op kernel.Op, body []byte) (status in
 }
 
 // MaxWaitUpTo is the longest the plane holds a lease request
-// (waitUpToMs ≤ 30000).
-const MaxWaitUpTo = 30 * time.Second
+// (waitUpToMs ≤ api.MaxWaitUpToMs).
+const MaxWaitUpTo = api.MaxWaitUpToMs * time.Millisecond
 
 // CallWaiting sends an acquire that the plane may hold up to waitUpTo
 // (POST lease?waitUpToMs=N, capped at MaxWaitUpTo): the plane answers the
@@ -108,7 +109,7 @@ func (c *Client) AcquireWaiting(ctx context.Context, req AcquireRequest, waitUpT
 
 func waitQuery(d time.Duration) string {
 	d = max(0, min(d, MaxWaitUpTo))
-	return "?waitUpToMs=" + strconv.FormatInt(d.Milliseconds(), 10)
+	return "?" + api.ParamWaitUpToMs + "=" + strconv.FormatInt(d.Milliseconds(), 10)
 }
 
 func (c *Client) do(ctx context.Context, op kernel.Op, body []byte) (response, error) {
@@ -116,19 +117,14 @@ func (c *Client) do(ctx context.Context, op kernel.Op, body []byte) (response, e
 }
 
 func (c *Client) doQuery(ctx context.Context, op kernel.Op, body []byte, query string) (response, error) {
-	var method, path string
-	switch op {
-	case kernel.OpAcquire:
-		method, path = http.MethodPost, PathLease
-	case kernel.OpRelease:
-		method, path = http.MethodPost, PathRelease
-	case kernel.OpWait:
-		method, path = http.MethodGet, PathWait
-		body = nil
-	default:
-		return response{}, fmt.Errorf("leaseplane client: op %q has no REST route (want acquire, release or wait)", op)
+	rt, ok := api.RouteOf(op)
+	if !ok || rt.Access == api.OperatorKey {
+		return response{}, fmt.Errorf("leaseplane client: op %q has no REST route here (want acquire, release or wait)", op)
 	}
-	return c.send(ctx, method, path+query, body)
+	if rt.Method == http.MethodGet {
+		body = nil
+	}
+	return c.send(ctx, rt.Method, rt.Path+query, body)
 }
 
 // Request sends body (nil for none) to path with method and returns the

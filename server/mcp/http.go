@@ -10,7 +10,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/leaseplane/leaseplane/server/httparg"
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
 // MaxBodyBytes bounds one HTTP request body on /mcp; a larger body is
@@ -189,6 +189,6 @@ func (j *jsonErrors) finish() {
 // headerKey returns the key of an "Authorization: Bearer KEY" header,
 // which MCP requires: an absent header is not ok.
 func headerKey(h http.Header) (string, bool) {
-	key, ok := httparg.BearerKey(h.Get("Authorization"))
+	key, ok := api.BearerKey(h.Get("Authorization"))
 	return key, ok && key != ""
 }

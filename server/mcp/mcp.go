@@ -32,6 +32,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
 // Backend runs one lease command on behalf of a bearer key: exactly what
@@ -54,7 +55,7 @@ type WaitingBackend interface {
 }
 
 // maxWaitUpToMs is the longest the plane holds an acquire.
-const maxWaitUpToMs = 30000
+const maxWaitUpToMs = api.MaxWaitUpToMs
 
 // Operator is what a Backend may add: the operator's actions, run on
 // behalf of key exactly as their REST routes answer them (drills.run is
@@ -430,7 +431,7 @@ func result(status int, answer []byte, authHint string) *sdk.CallToolResult {
 	if f.Error != "" {
 		msg += ": " + f.Error
 	}
-	if f.Reason == "unauthorized" && authHint != "" {
+	if f.Reason == api.ReasonUnauthorized && authHint != "" {
 		msg += " (" + authHint + ")"
 	}
 	res.Content = []sdk.Content{&sdk.TextContent{Text: msg}, &sdk.TextContent{Text: string(answer)}}
