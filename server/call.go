@@ -58,28 +58,26 @@ func (s *Server) Call(ctx context.Context, key string, op kernel.Op, body []byte
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
-	r := s.call(ctx, key, op, body)
+	start := time.Now()
+	k, r, ok := s.authenticateLive(ctx, key)
+	if !ok {
+		s.metrics.observe(op, r.status, time.Since(start))
+		return r.status, r.answer, nil
+	}
+	r = s.run(ctx, k, op, body)
 	return r.status, r.answer, nil
 }
 
-func (s *Server) call(ctx context.Context, key string, op kernel.Op, body []byte) reply {
+// run is the one path of a command for an authenticated key, for the REST
+// routes (after authed), MCP and Server.Call alike: decided while the
+// server is open (503 once it closed), and counted in the metrics. A held
+// acquire takes callHeld, which decides on this path's decide.
+func (s *Server) run(ctx context.Context, k store.Key, op kernel.Op, body []byte) reply {
 	start := time.Now()
-	r := s.decide(ctx, key, op, body)
-	s.metrics.observe(op, r.status, time.Since(start))
-	return r
-}
-
-// callAs is call for a key already authenticated (the REST route checks
-// the key before it reads the body).
-func (s *Server) callAs(ctx context.Context, k store.Key, op kernel.Op, body []byte, start time.Time) reply {
-	s.life.RLock()
-	var r reply
-	if s.closed {
-		r = unavailable(errShutdown)
-	} else {
-		r = s.decideAs(ctx, k, op, body)
-	}
-	s.life.RUnlock()
+	r := s.open(func() reply {
+		r, _ := s.decide(ctx, k, op, body, nil)
+		return r
+	})
 	s.metrics.observe(op, r.status, time.Since(start))
 	return r
 }
@@ -101,32 +99,13 @@ func (s *Server) authenticateLive(ctx context.Context, key string) (store.Key, r
 	return s.authenticate(ctx, key)
 }
 
-func (s *Server) decide(ctx context.Context, key string, op kernel.Op, body []byte) reply {
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.closed {
-		return unavailable(errShutdown)
-	}
-	k, r, ok := s.authenticate(ctx, key)
-	if !ok {
-		return r
-	}
-	return s.decideAs(ctx, k, op, body)
-}
-
-// decideAs applies one command for the holder of k; s.life is held for
-// reading and the server is open.
-func (s *Server) decideAs(ctx context.Context, k store.Key, op kernel.Op, body []byte) reply {
-	r, _ := s.decideAsNotify(ctx, k, op, body, nil)
-	return r
-}
-
-// decideAsNotify is decideAs that also returns a channel closed at the
+// decide applies one command for the holder of k; s.life is held for
+// reading and the server is open. It also returns a channel closed at the
 // workspace's next change that may free a resource after this command (nil
-// when the command never reached the workspace). A held request passes
-// its heldAsk h, which records the ask (nil otherwise); when it is not h's
-// turn to ask, nothing is applied and h.again is set.
-func (s *Server) decideAsNotify(ctx context.Context, k store.Key, op kernel.Op, body []byte, h *heldAsk) (reply, <-chan struct{}) {
+// when the command never reached the workspace). A held request passes its
+// heldAsk h, which records the ask (nil otherwise); when it is not h's turn
+// to ask, nothing is applied and h.again is set.
+func (s *Server) decide(ctx context.Context, k store.Key, op kernel.Op, body []byte, h *heldAsk) (reply, <-chan struct{}) {
 	rt, ok := api.RouteOf(op)
 	if !ok {
 		return fromAPI(api.Invalid("op must be acquire, release, wait, suspend, resume or forget")), nil

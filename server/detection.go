@@ -2,26 +2,21 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/kernel/detect"
-	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/detection"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// Detection routes (docs/DETECTION.md): the registered
-// detectors (kernel/detect) run over the caller's workspace's ledger, up
-// to a checkpoint signed for the run; each finding cites both entries
-// with inclusion proofs against that checkpoint and is filed as a case,
-// once however often runs repeat. A run is recorded in the ledger as an
-// entry of its own (detection.run); so is each drill run (drill.run).
+// Detection routes (docs/DETECTION.md): the registered detectors
+// (kernel/detect) run over the caller's workspace's ledger by package
+// server/detection, which records each run in the ledger as an entry of its
+// own (detection.run) through recordEvent; so is each drill run
+// (drill.run).
 const (
 	RouteDetectors     = api.PathDetectors
 	RouteDetectionRun  = api.PathDetectionRun
@@ -119,134 +114,6 @@ func (s *Server) recordDrillRun(ws, id, started, finished int64, passed bool, re
 	}
 }
 
-// Proof is an inclusion proof of one entry, as the proof route answers it.
-type Proof struct {
-	Index  int64    `json:"index"`
-	Size   int64    `json:"size"`
-	Hashes []string `json:"hashes"`
-}
-
-// DetectionFinding is a finding as the run route answers it: the
-// detector's finding, its case, and both entries with their proofs.
-type DetectionFinding struct {
-	detect.Finding
-	Case    string       `json:"case"`
-	Entries []CitedEntry `json:"entries"`
-}
-
-// CitedEntry is one entry a finding cites.
-type CitedEntry struct {
-	Index int64           `json:"index"`
-	Data  []byte          `json:"data"` // base64 in JSON
-	Event json.RawMessage `json:"event"`
-	Proof Proof           `json:"proof"`
-}
-
-// DetectionRun is the answer of POST /api/v1/detection/run.
-type DetectionRun struct {
-	OK         bool               `json:"ok"`
-	Detector   string             `json:"detector"`
-	Checkpoint string             `json:"checkpoint"`
-	TreeSize   int64              `json:"treeSize"`
-	Findings   []DetectionFinding `json:"findings"`
-}
-
-// runDetector runs detector d over workspace ws's ledger.
-func (s *Server) runDetector(ctx context.Context, ws int64, d detect.Detector) (DetectionRun, error) {
-	out := DetectionRun{OK: true, Detector: d.Name, Findings: []DetectionFinding{}}
-	if s.ledger == nil {
-		return out, errors.New("this server runs without a ledger")
-	}
-	if _, err := s.workspace(ws); err != nil { // opens its ledger too
-		return out, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := s.ledger.Wait(wctx, ws)
-	cancel()
-	if err != nil {
-		return out, errors.New("the ledger has not caught up: " + err.Error())
-	}
-	key := s.ledger.Route(ctx, ws, "key", nil)
-	note := s.ledger.Route(ctx, ws, "checkpoint", nil)
-	if key.Status != 200 || note.Status != 200 {
-		return out, errors.New("the ledger gives no checkpoint now")
-	}
-	cp, err := kledger.Open(note.Body, strings.TrimSpace(string(key.Body)))
-	if err != nil {
-		return out, err
-	}
-	out.Checkpoint, out.TreeSize = string(note.Body), cp.Size
-	var entries []detect.Entry
-	for start := int64(0); start < cp.Size; {
-		n := min(int64(1000), cp.Size-start)
-		es, err := s.store.LedgerEntries(ctx, ws, start, int(n))
-		if err != nil {
-			return out, err
-		}
-		if len(es) == 0 {
-			return out, errors.New("the ledger's entries from " + strconv.FormatInt(start, 10) + " are gone")
-		}
-		for _, e := range es {
-			entries = append(entries, detect.Entry{Index: e.Index, Data: e.Data})
-		}
-		start += int64(len(es))
-	}
-	w, err := s.store.WorkspaceByID(ws)
-	if err != nil {
-		return out, err
-	}
-	rules, _ := kernel.ParseRules(w.Rules)
-	classOf := func(res string) string {
-		for _, p := range rules.ReadShared {
-			if strings.HasPrefix(res, p) {
-				return detect.ClassReadShared
-			}
-		}
-		return detect.ClassExclusive
-	}
-	fs, err := d.Run(entries, detect.Options{ClassOf: classOf})
-	if err != nil {
-		return out, err
-	}
-	now := s.nowMs()
-	var caseIDs []string
-	for _, f := range fs {
-		fj, _ := json.Marshal(f)
-		c, err := s.store.FileCase(ctx, store.Case{Workspace: ws, Detector: d.Name, Key: f.Key(), EntryA: f.A.Entry, EntryB: f.B.Entry,
-			Finding: fj, FirstSeenMs: now, LastSeenMs: now})
-		if err != nil {
-			return out, err
-		}
-		df := DetectionFinding{Finding: f, Case: caseID(c.ID)}
-		caseIDs = append(caseIDs, df.Case)
-		for _, idx := range []int64{f.A.Entry, f.B.Entry} {
-			pr := s.ledger.Route(ctx, ws, "proof", map[string][]string{"index": {strconv.FormatInt(idx, 10)}, "size": {strconv.FormatInt(cp.Size, 10)}})
-			if pr.Status != 200 {
-				return out, errors.New("no inclusion proof of entry " + strconv.FormatInt(idx, 10) + ": " + string(pr.Body))
-			}
-			var p Proof
-			if err := json.Unmarshal(pr.Body, &p); err != nil {
-				return out, err
-			}
-			data := entries[idx].Data
-			df.Entries = append(df.Entries, CitedEntry{Index: idx, Data: data, Event: json.RawMessage(data), Proof: p})
-		}
-		out.Findings = append(out.Findings, df)
-	}
-	ids, _ := json.Marshal(caseIDs)
-	if caseIDs == nil {
-		ids = []byte("[]")
-	}
-	ev := hostEvent("detection.run", now, "detector", string(kernel.AppendQuote(nil, d.Name)),
-		"treeSize", strconv.FormatInt(cp.Size, 10), "findings", strconv.Itoa(len(fs)), "cases", string(ids))
-	if err := s.recordEvent(ws, ev); err != nil {
-		s.log.Warn("detection: the run did not reach the ledger", "err", err)
-	}
-	return out, nil
-}
-
-func caseID(id int64) string { return "case_" + strconv.FormatInt(id, 10) }
-
 func (s *Server) detectionRoutes() {
 	s.mux.Handle(RouteDetectors, s.keyRoute(api.Detectors, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		return jsonReply(map[string]any{"ok": true, "detectors": detect.Detectors()})
@@ -265,7 +132,7 @@ func (s *Server) detectionRoutes() {
 		if !ok {
 			return invalid("detector " + strconv.Quote(*req.Detector) + " is not registered (the detectors: GET " + RouteDetectors + ")")
 		}
-		run, err := s.DetectionRun(r.Context(), k.WorkspaceID, d.Name)
+		run, err := s.detection().Run(r.Context(), k.WorkspaceID, d.Name)
 		if err != nil {
 			s.log.Error("detection run failed", "workspace", k.Workspace, "err", err)
 			return unavailable(err)
@@ -277,49 +144,41 @@ func (s *Server) detectionRoutes() {
 		if status != "" && status != "open" {
 			return invalid(`status must be "open" or absent (every case)`)
 		}
-		cs, err := s.store.Cases(r.Context(), k.WorkspaceID, status)
+		cs, err := s.detection().Cases(r.Context(), k.WorkspaceID, status)
 		if err != nil {
 			return unavailable(err)
 		}
-		return jsonReply(map[string]any{"ok": true, "cases": each(cs, toCaseJSON)})
+		return jsonReply(map[string]any{"ok": true, "cases": cs})
 	}))
 }
 
+// detection is the detectors' service over this server (package
+// server/detection, behind detectionHost).
+func (s *Server) detection() *detection.Service {
+	return &detection.Service{Ledger: s.ledger, Store: s.store, Host: detectionHost{s}, Log: s.log}
+}
+
+// detectionHost is what detection needs of the server.
+type detectionHost struct{ s *Server }
+
+func (h detectionHost) Open(ws int64) error {
+	_, err := h.s.workspace(ws)
+	return err
+}
+
+func (h detectionHost) Record(ws int64, typ string, atMs int64, fields ...string) error {
+	return h.s.recordEvent(ws, hostEvent(typ, atMs, fields...))
+}
+
+func (h detectionHost) NowMs() int64 { return h.s.nowMs() }
+
 // DetectionRun runs the detector named name over workspace ws's ledger,
 // files its findings as cases and records the run in the ledger.
-func (s *Server) DetectionRun(ctx context.Context, ws int64, name string) (DetectionRun, error) {
-	d, ok := detect.Lookup(name)
-	if !ok {
-		return DetectionRun{}, errors.New("detector " + strconv.Quote(name) + " is not registered")
-	}
-	return s.runDetector(ctx, ws, d)
-}
-
-// CaseJSON is a case as GET /api/v1/detection/cases shows it.
-type CaseJSON struct {
-	ID          string          `json:"id"`
-	Detector    string          `json:"detector"`
-	Status      string          `json:"status"`
-	Entries     []int64         `json:"entries"`
-	FirstSeenMs int64           `json:"firstSeenAtMs"`
-	LastSeenMs  int64           `json:"lastSeenAtMs"`
-	Finding     json.RawMessage `json:"finding"`
-}
-
-func toCaseJSON(c store.Case) CaseJSON {
-	return CaseJSON{ID: caseID(c.ID), Detector: c.Detector, Status: c.Status, Entries: []int64{c.EntryA, c.EntryB},
-		FirstSeenMs: c.FirstSeenMs, LastSeenMs: c.LastSeenMs, Finding: c.Finding}
+func (s *Server) DetectionRun(ctx context.Context, ws int64, name string) (detection.Run, error) {
+	return s.detection().Run(ctx, ws, name)
 }
 
 // OpenCases is the workspace's open cases (the operator page).
-func (s *Server) OpenCases(ctx context.Context, ws int64) ([]CaseJSON, error) {
-	cs, err := s.store.Cases(ctx, ws, "open")
-	if err != nil {
-		return nil, err
-	}
-	out := make([]CaseJSON, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, toCaseJSON(c))
-	}
-	return out, nil
+func (s *Server) OpenCases(ctx context.Context, ws int64) ([]detection.Case, error) {
+	return s.detection().Cases(ctx, ws, "open")
 }

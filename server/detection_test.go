@@ -10,15 +10,16 @@ import (
 	"time"
 
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/detection"
 )
 
-func (ds *drillServer) detectionRun() DetectionRun {
+func (ds *drillServer) detectionRun() detection.Run {
 	ds.t.Helper()
 	st, b := ds.do("POST", RouteDetectionRun, ds.operator, `{"detector":"lease-overlap"}`)
 	if st != 200 {
 		ds.t.Fatalf("detection run: %d %s", st, b)
 	}
-	var run DetectionRun
+	var run detection.Run
 	if err := json.Unmarshal(b, &run); err != nil {
 		ds.t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestDetectionRun(t *testing.T) {
 		t.Errorf("a repeated run: %+v (tree %d after %d)", again.Findings, again.TreeSize, run.TreeSize)
 	}
 	st, b := ds.do("GET", RouteDetectionCase, ds.key, "")
-	var cases struct{ Cases []CaseJSON }
+	var cases struct{ Cases []detection.Case }
 	if json.Unmarshal(b, &cases); st != 200 || len(cases.Cases) != 1 || cases.Cases[0].ID != f.Case || cases.Cases[0].Status != "open" ||
 		cases.Cases[0].Entries[0] != f.A.Entry || cases.Cases[0].Entries[1] != f.B.Entry {
 		t.Errorf("cases: %d %s", st, b)

@@ -265,11 +265,6 @@ func (r *drillRunner) lastVerdict() float64 {
 // runID is how a run's id is shown.
 func runID(id int64) string { return "run_" + strconv.FormatInt(id, 10) }
 
-func parseRunID(s string) (int64, bool) {
-	n, err := strconv.ParseInt(strings.TrimPrefix(s, "run_"), 10, 64)
-	return n, err == nil && strings.HasPrefix(s, "run_") && n > 0
-}
-
 // keyRoute is a drill or detection route: authed's checks, then h while
 // the server is open.
 func (s *Server) keyRoute(rt api.Route, h keyHandler) http.Handler {

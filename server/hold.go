@@ -55,11 +55,11 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 	deadline := s.cfg.Clock().Add(waitUpTo)
 	c, err := kernel.DecodeRequest(kernel.OpAcquire, 0, body)
 	if err != nil {
-		return s.callAs(ctx, k, kernel.OpAcquire, body, time.Now()) // answers the refusal
+		return s.run(ctx, k, kernel.OpAcquire, body) // answers the refusal
 	}
 	ws, err := s.workspace(k.WorkspaceID)
 	if err != nil {
-		return s.callAs(ctx, k, kernel.OpAcquire, body, time.Now()) // answers 503
+		return s.run(ctx, k, kernel.OpAcquire, body) // answers 503
 	}
 	// The caller's own release of the resource ends the hold: a client
 	// that gave up (exec interrupted) and dropped its wait must not be
@@ -101,7 +101,7 @@ func (s *Server) callHeld(ctx context.Context, k store.Key, body []byte, waitUpT
 		if s.closed {
 			r = unavailable(errShutdown)
 		} else {
-			r, changed = s.decideAsNotify(ctx, k, kernel.OpAcquire, body, h)
+			r, changed = s.decide(ctx, k, kernel.OpAcquire, body, h)
 		}
 		s.life.RUnlock()
 		if h.again {

@@ -140,7 +140,7 @@ func TestHeldRequestWakesForItsResource(t *testing.T) {
 			body += `,"mode":"` + mode + `"`
 		}
 		var r reply
-		r, changed = ts.s.decideAsNotify(ctx, k, kernel.OpAcquire, []byte(body+"}"), h)
+		r, changed = ts.s.decide(ctx, k, kernel.OpAcquire, []byte(body+"}"), h)
 		if r.status != 409 || !h.held || !h.waiting {
 			t.Fatalf("%s's acquire: %d %s; want lease_held, held", actor, r.status, r.answer)
 		}

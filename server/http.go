@@ -145,10 +145,9 @@ func (s *Server) keyed(rt api.Route, h func(w http.ResponseWriter, r *http.Reque
 
 // leaseRoute is the work of a lease route: the query's part of the command
 // (wait's page, which replaces the body when a query is given; acquire's
-// waitUpToMs), then Call's path.
+// waitUpToMs), then run, the one path of a command.
 func (s *Server) leaseRoute(rt api.Route) keyHandler {
 	return func(r *http.Request, k store.Key, q api.Query, body []byte) reply {
-		start := time.Now()
 		switch rt.Op {
 		case kernel.OpWait:
 			if r.URL.RawQuery != "" { // else the body, as the kernel reads it
@@ -167,7 +166,7 @@ func (s *Server) leaseRoute(rt api.Route) keyHandler {
 				return s.callHeld(r.Context(), k, body, time.Duration(ms)*time.Millisecond)
 			}
 		}
-		return s.callAs(r.Context(), k, rt.Op, body, start)
+		return s.run(r.Context(), k, rt.Op, body)
 	}
 }
 
