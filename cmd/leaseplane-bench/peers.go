@@ -34,7 +34,15 @@ type redisTarget struct {
 // token (redsync's and the Redis docs' release script).
 var redisRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
 
+// quietRedisLog drops go-redis's own log lines: the readiness pings
+// before redis-server listens print a dial failure each, and every error
+// that matters reaches the tool as a command's error.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
 func openRedis(aof bool) (target, error) {
+	redis.SetLogger(quietRedisLog{})
 	ports, dir, err := daemonHome("redis", 1)
 	if err != nil {
 		return nil, err
