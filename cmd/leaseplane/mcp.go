@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,6 +43,22 @@ func (b clientBackend) Call(ctx context.Context, _ string, op kernel.Op, body []
 
 func (b clientBackend) CallWaiting(ctx context.Context, _ string, body []byte, waitUpTo time.Duration) (int, []byte, error) {
 	return b.c.CallWaiting(ctx, body, waitUpTo)
+}
+
+// Role asks the plane what the client's own key is (GET /api/v1/whoami),
+// so that tools/list offers the operator tools to an operator key only.
+func (b clientBackend) Role(ctx context.Context, _ string) (string, bool) {
+	status, body, err := b.c.Request(ctx, http.MethodGet, server.RouteWhoami, nil)
+	if err != nil || status != http.StatusOK {
+		return "", false
+	}
+	var w struct {
+		Role string `json:"role"`
+	}
+	if json.Unmarshal(body, &w) != nil || w.Role == "" {
+		return "", false
+	}
+	return w.Role, true
 }
 
 // Operate forwards the operator tools to their REST routes.

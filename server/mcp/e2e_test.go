@@ -184,7 +184,31 @@ func TestOperatorTools(t *testing.T) {
 				t.Fatalf("detection.run: %v %v %q", err, res.IsError, text(res))
 			}
 			wantToolError(t, "detection.run without a detector", op, &sdk.CallToolParams{Name: ToolDetectionRun}, "detector is required")
-			wantToolError(t, "drills.run with a workspace key", tr.connect(t, p.url, p.wsKey), &sdk.CallToolParams{Name: ToolDrillsRun}, "needs an operator key")
+			// A workspace or agent key is not offered the operator tools
+			// (and is refused if it calls one all the same); acquire takes
+			// a mode.
+			for _, k := range []struct{ name, key string }{{"workspace", p.wsKey}, {"agent", p.agentKey}} {
+				cs := tr.connect(t, p.url, k.key)
+				lt, err := cs.ListTools(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var names []string
+				for _, x := range lt.Tools {
+					names = append(names, x.Name)
+				}
+				slices.Sort(names)
+				if want := []string{ToolAcquire, ToolRelease, ToolWait}; !slices.Equal(names, want) {
+					t.Errorf("a %s key is offered %v, want %v", k.name, names, want)
+				}
+				wantToolError(t, "drills.run with a "+k.name+" key", cs, &sdk.CallToolParams{Name: ToolDrillsRun}, "needs an operator key")
+			}
+			ws := tr.connect(t, p.url, p.wsKey)
+			res, err = ws.CallTool(ctx, &sdk.CallToolParams{Name: ToolAcquire, Arguments: map[string]any{"resource": "doc:readme", "actorDid": didA, "mode": "read"}})
+			if err != nil || res.IsError || !strings.Contains(text(res), `"mode":"read"`) {
+				t.Fatalf("acquire with mode read: %v %v %q", err, res.IsError, text(res))
+			}
+			wantToolError(t, "acquire with mode bogus", ws, &sdk.CallToolParams{Name: ToolAcquire, Arguments: map[string]any{"resource": "doc:readme", "actorDid": didA, "mode": "bogus"}}, "mode")
 		})
 	}
 }

@@ -66,6 +66,14 @@ type Operator interface {
 	Operate(ctx context.Context, key, action string, body []byte) (status int, answer []byte, err error)
 }
 
+// Roler is what a Backend may add so that tools/list offers each key the
+// tools it may call: Role is key's role ("operator", "workspace" or
+// "agent"); ok is false when the key is not known. Without a Roler every
+// tool is listed and a call the key may not make is refused.
+type Roler interface {
+	Role(ctx context.Context, key string) (role string, ok bool)
+}
+
 // Options configure the MCP server. The zero value is usable.
 type Options struct {
 	// Version is reported as the server's version in the MCP handshake;
@@ -129,7 +137,7 @@ const acquireDescription = `Ask the lease plane for a lease on a shared resource
 
 A lease is a short, exclusive claim: while you hold the lease on a resource (a deploy slot, a file, a cloud account, any name your team agrees on, such as "lock:deploy/production"), no other agent is granted it. Every lease lapses 30000 ms after it was granted or last renewed, so an agent that crashes never blocks the others for long.
 
-Arguments: resource (the name, 1-256 bytes), actorDid (your own DID, starting with "did:"; a key issued to an agent may only name that agent), waitUpToMs (optional, at most 30000: when the resource is held, the plane keeps your call open and answers as soon as the lease is yours, or lease_held when the time is up), ttlMs (optional, accepted for compatibility and dropped: every lease runs 30000 ms).
+Arguments: resource (the name, 1-256 bytes), actorDid (your own DID, starting with "did:"; a key issued to an agent may only name that agent), mode (optional: read, write or delete; a new lease asks write by default, a renewal keeps its mode; on a read-shared resource read leases of different agents coexist), waitUpToMs (optional, at most 30000: when the resource is held, the plane keeps your call open and answers as soon as the lease is yours, or lease_held when the time is up), ttlMs (optional, accepted for compatibility and dropped: every lease runs 30000 ms).
 
 Read "ok" in the result:
 - ok true: you hold the lease; "lease" has its id, fence (a counter you can pass downstream as a fencing token) and expiresAtMs. Do your work, then call coordination.lease.release. Calling acquire again while you hold it renews it for another 30000 ms.
@@ -224,6 +232,7 @@ var (
 	resourceArg = map[string]any{"type": "string", "description": "the resource's name, 1-256 bytes of UTF-8, e.g. lock:deploy/production"}
 	actorArg    = map[string]any{"type": "string", "description": "your own DID, e.g. did:web:acme.example:agent:release"}
 	ttlArg      = map[string]any{"type": "number", "description": "accepted and dropped: every lease runs 30000 ms"}
+	modeArg     = map[string]any{"type": "string", "enum": []string{"read", "write", "delete"}, "description": "what you will do: read, write or delete. Omitted: a new lease asks write, a renewal keeps the mode you hold. On a read-shared resource, read leases of different agents coexist"}
 	waitArg     = map[string]any{"type": "integer", "minimum": 0, "maximum": maxWaitUpToMs, "description": "wait up to this many milliseconds (at most 30000) for the lease: the plane answers as soon as it is yours, or lease_held when the time is up"}
 )
 
@@ -265,12 +274,13 @@ func tools() []tool {
 	return []tool{
 		{
 			def: toolDef(ToolAcquire, "Acquire a lease", acquireDescription,
-				inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg, "waitUpToMs": waitArg, "ttlMs": ttlArg}, "resource", "actorDid"),
+				inputSchema(map[string]any{"resource": resourceArg, "actorDid": actorArg, "mode": modeArg, "waitUpToMs": waitArg, "ttlMs": ttlArg}, "resource", "actorDid"),
 				acquireOutput, sdk.ToolAnnotations{Title: "Acquire a lease", DestructiveHint: boolp(false), IdempotentHint: true}),
 			op: kernel.OpAcquire,
 			args: []arg{
 				{name: "resource", kind: "string", required: true, forward: true},
 				{name: "actorDid", kind: "string", required: true, forward: true},
+				{name: "mode", kind: "string", forward: true},
 				{name: "waitUpToMs", kind: "wait"},
 				{name: "ttlMs", kind: "number"},
 			},
@@ -496,7 +506,13 @@ func newServer(b Backend, keyOf func(*sdk.CallToolRequest) string, o Options) *s
 			return result(status, answer, o.AuthHint), nil
 		})
 	}
-	// tools/call accepts both spellings, whichever tools/list shows.
+	operatorOnly := map[string]bool{}
+	for _, t := range operatorTools() {
+		operatorOnly[t.def.Name], operatorOnly[Underscored(t.def.Name)] = true, true
+	}
+	roler, _ := b.(Roler)
+	// tools/call accepts both spellings, whichever tools/list shows; with a
+	// Roler, tools/list shows the operator tools to operator keys only.
 	s.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
 		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 			if r, ok := req.(*sdk.CallToolRequest); ok && r.Params != nil {
@@ -504,7 +520,23 @@ func newServer(b Backend, keyOf func(*sdk.CallToolRequest) string, o Options) *s
 					r.Params.Name = name
 				}
 			}
-			return next(ctx, method, req)
+			res, err := next(ctx, method, req)
+			if lr, ok := res.(*sdk.ListToolsResult); ok && err == nil && roler != nil && len(operatorOnly) > 0 {
+				key := ""
+				if r, ok := req.(*sdk.ListToolsRequest); ok && r.Extra != nil && r.Extra.Header != nil {
+					key, _ = headerKey(r.Extra.Header)
+				}
+				if role, ok := roler.Role(ctx, key); !ok || role != "operator" {
+					kept := lr.Tools[:0:0]
+					for _, t := range lr.Tools {
+						if !operatorOnly[t.Name] {
+							kept = append(kept, t)
+						}
+					}
+					lr.Tools = kept
+				}
+			}
+			return res, err
 		}
 	})
 	return s

@@ -23,7 +23,7 @@ const tools = ['coordination.lease.acquire', 'coordination.lease.release', 'coor
 // The server's own backend also offers the operator's tools (an operator key runs them).
 const operatorTools = ['detection.run', 'drills.run'];
 
-let dir, bin, server, url, wsKey, agentKey;
+let dir, bin, server, url, wsKey, agentKey, operatorKey;
 
 // keysCreate runs `leaseplane keys create` and returns the key: the last
 // word on its stdout.
@@ -41,6 +41,7 @@ before(async () => {
   }
   wsKey = keysCreate();
   agentKey = keysCreate('--agent', didA);
+  operatorKey = keysCreate('--operator');
   server = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--data', join(dir, 'data'), '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
   url = await new Promise((resolve, reject) => {
     let seen = '';
@@ -91,13 +92,25 @@ function answer(res) {
 }
 
 for (const [name, connect] of [['http', connectHTTP], ['stdio', connectStdio]]) {
+  test(`tools/list per role over ${name}: the operator tools for an operator key only`, async () => {
+    for (const [key, want] of [[operatorKey, [...tools, ...operatorTools]], [wsKey, tools], [agentKey, tools]]) {
+      const c = await connect(key);
+      try {
+        assert.deepEqual((await c.listTools()).tools.map((t) => t.name).sort(), [...want].sort());
+      } finally {
+        await c.close();
+      }
+    }
+  });
+
   test(`the lease tools over ${name}`, async () => {
     const resource = `lock:deploy/${name}`;
     const a = await connect(agentKey);
     const ws = await connect(wsKey);
     try {
       const listed = await a.listTools();
-      assert.deepEqual(listed.tools.map((t) => t.name).sort(), [...tools, ...operatorTools].sort());
+      // An agent key is offered the tools it may call: not the operator's.
+      assert.deepEqual(listed.tools.map((t) => t.name).sort(), [...tools].sort());
       for (const t of listed.tools) {
         assert.ok(t.outputSchema, `${t.name} declares no output schema`);
         assert.equal(t.inputSchema.type, 'object');
@@ -170,7 +183,7 @@ test('stdio with an unknown key gives an unauthorized error result', async () =>
 // takes both spellings (here over stdio; serve's /mcp lists dotted names
 // and takes underscore ones too).
 test('underscore tool names: listed, and both spellings called', async () => {
-  const underscored = [...tools, ...operatorTools].map((t) => t.replaceAll('.', '_')).sort();
+  const underscored = [...tools].map((t) => t.replaceAll('.', '_')).sort();
   const c = await connectStdio(agentKey, '--mcp-tool-names', 'underscore');
   const h = await connectHTTP(agentKey);
   try {

@@ -203,7 +203,7 @@ func listTools(t *testing.T, cs *sdk.ClientSession) map[string]*jsonschema.Resol
 		ToolDetectionRun: {"detector"},
 	}
 	props := map[string][]string{
-		ToolAcquire:      {"actorDid", "resource", "ttlMs", "waitUpToMs"},
+		ToolAcquire:      {"actorDid", "mode", "resource", "ttlMs", "waitUpToMs"},
 		ToolRelease:      {"actorDid", "resource"},
 		ToolWait:         nil,
 		ToolDrillsRun:    nil,
@@ -383,7 +383,8 @@ func TestErrorResults(t *testing.T) {
 		{"resource not a string", wsKey, ToolAcquire, map[string]any{"resource": 7, "actorDid": didA}, "resource must be a string", false},
 		{"ttlMs not a number", wsKey, ToolAcquire, map[string]any{"resource": resource, "actorDid": didA, "ttlMs": "long"}, "ttlMs must be a number", false},
 		{"leaseId on release", wsKey, ToolRelease, map[string]any{"resource": resource, "actorDid": didA, "leaseId": "x"}, `unknown argument "leaseId"`, false},
-		{"mode on acquire", wsKey, ToolAcquire, map[string]any{"resource": resource, "actorDid": didA, "mode": "read"}, `unknown argument "mode"`, false},
+		{"mode not a string", wsKey, ToolAcquire, map[string]any{"resource": resource, "actorDid": didA, "mode": 1}, "mode must be a string", false},
+		{"kernel refuses the mode", wsKey, ToolAcquire, map[string]any{"resource": resource, "actorDid": didA, "mode": "bogus"}, "invalid_request: mode", true},
 		{"argument to wait", wsKey, ToolWait, map[string]any{"resource": resource}, "coordination.wait takes no arguments", false},
 		{"arguments not an object", wsKey, ToolAcquire, []any{resource, didA}, "arguments must be a JSON object", false},
 		{"kernel refuses the DID", wsKey, ToolAcquire, map[string]any{"resource": resource, "actorDid": "agent-a"}, "invalid_request: actorDid", true},
