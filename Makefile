@@ -246,10 +246,11 @@ worker:
 	@mkdir -p bin
 	rm -rf $(WORKER)
 	$(GO) run github.com/syumai/workers/cmd/workers-assets-gen -mode=go -o $(WORKER)
+	rm $(WORKER)/worker.mjs $(WORKER)/runtime.mjs # front.mjs is the entry: one Go runtime for many requests
 	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $(WORKER)/app.wasm ./cmd/worker
 	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $(WORKER)/ledger.wasm ./cmd/worker/ledger
 	cp wasm/wazero/leaseplane-wasip1.wasm $(WORKER)/kernel.wasm
-	cp cmd/worker/index.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs cmd/worker/ledger.mjs $(WORKER)/
+	cp cmd/worker/index.mjs cmd/worker/front.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs cmd/worker/ledger.mjs $(WORKER)/
 
 # worker-dev runs the worker in a local workerd (Miniflare) on PORT, with
 # its storage in ./data/worker, makes a workspace and prints its key.
@@ -268,11 +269,12 @@ test-worker: worker build
 	WRANGLER_SEND_METRICS=false LEASEPLANE_WORKER_PARITY=bin/worker-parity.jsonl node --test --test-concurrency=1 cmd/worker/test/
 
 # bench-worker: request latency and throughput in Miniflare, through the
-# front worker and to the object directly; the two kernel builds an object
+# front worker and to the object directly; workerd's CPU per request; the two kernel builds an object
 # could host (docs/BENCHMARKS.md, "Workers").
 bench-worker: worker
 	test -d node_modules/miniflare || npm ci
 	WRANGLER_SEND_METRICS=false node cmd/worker/bench.mjs
+	WRANGLER_SEND_METRICS=false node cmd/worker/bench-cpu.mjs
 	node cmd/worker/bench-kernels.mjs
 
 clean:

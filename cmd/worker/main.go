@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall/js"
 
 	"github.com/syumai/workers"
 	"github.com/syumai/workers/cloudflare"
@@ -25,15 +27,28 @@ const (
 	secretAdmin       = "LEASEPLANE_ADMIN_SECRET"
 )
 
+// main keeps one Go runtime for every request of the isolate: it registers
+// the handler and says it is ready, then never returns, and the entry
+// module (front.mjs) hands it each request. (workers.Serve would return
+// after the first response, and syumai/workers' generated entry boots a
+// new instance per request.)
 func main() {
-	workers.Serve(http.HandlerFunc(handle))
+	workers.ServeNonBlock(http.HandlerFunc(handle))
+	workers.Ready()
+	select {}
 }
 
+// served counts the requests this runtime has handled (GET /healthz shows
+// it, so a test can tell one runtime served them all).
+var served atomic.Int64
+
 func handle(w http.ResponseWriter, r *http.Request) {
+	n := served.Add(1)
 	path := r.URL.Path
 	switch {
 	case path == "/healthz":
-		write(w, reply{status: 200, body: []byte(`{"ok":true,"tier":"workers"}`)})
+		b := strconv.AppendInt([]byte(`{"ok":true,"tier":"workers","served":`), n, 10)
+		write(w, reply{status: 200, body: append(b, '}')})
 	case strings.HasPrefix(path, "/admin/v1/"):
 		write(w, admin(r))
 	case strings.HasPrefix(path, "/api/v1/ledger/"):
@@ -340,5 +355,20 @@ func write(w http.ResponseWriter, r reply) {
 		h.Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
 	}
 	w.WriteHeader(r.status)
-	w.Write(r.body)
+	// The body goes to JavaScript as one Uint8Array, not through
+	// syumai/workers' stream: closing that stream closes the library's
+	// done channel, which a second response would close again (a panic)
+	// in a runtime that serves many requests.
+	rw, ok := w.(rawBodyWriter)
+	if !ok {
+		w.Write(r.body)
+		return
+	}
+	u := js.Global().Get("Uint8Array").New(len(r.body))
+	js.CopyBytesToJS(u, r.body)
+	rw.WriteRawJSBody(u)
 }
+
+// rawBodyWriter is syumai/workers' ResponseWriter: it takes the response
+// body as a JavaScript value.
+type rawBodyWriter interface{ WriteRawJSBody(body js.Value) }

@@ -22,10 +22,12 @@ export function readConfig() {
 
 // start runs the worker. opts: dataDir (persisted storage; required),
 // port (0 or absent: dispatch only, no socket), adminSecret, ledgerSecret
-// (seals each workspace's signing key), testClock.
-export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "local ledger secret", testClock = false }) {
+// (seals each workspace's signing key), testClock, main (another built
+// entry module than wrangler.jsonc's, such as an older build's, for a
+// benchmark).
+export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "local ledger secret", testClock = false, main: entry }) {
   const cfg = readConfig();
-  const main = path.resolve(here, cfg.main);
+  const main = entry ? path.resolve(entry) : path.resolve(here, cfg.main);
   if (!fs.existsSync(main)) throw new Error(`${main} is missing: run make worker`);
   const durableObjects = {};
   for (const b of cfg.durable_objects.bindings) {

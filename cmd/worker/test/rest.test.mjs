@@ -81,6 +81,15 @@ test("a grant answers the lease with a fence", async () => {
   assert.equal(again.json.lease.fence, l.fence);
 });
 
+test("one Go runtime in the front serves request after request", async () => {
+  const served = async () => (await call("/healthz", null, null, { method: "GET" })).json.served;
+  const first = await served();
+  for (let i = 0; i < 5; i++) assert.equal((await acquire(keyA, "lock:runtime", "did:web:a.example:agent:rt")).status, 200);
+  // The five leases and this request went through the same runtime's
+  // counter: a runtime per request would answer 1 every time.
+  assert.equal(await served(), first + 6);
+});
+
 test("lease_held answers 409 with Retry-After and the back-off", async () => {
   await acquire(keyA, "lock:held", "did:web:a.example:agent:1");
   const r = await acquire(keyA, "lock:held", "did:web:a.example:agent:2");
