@@ -58,7 +58,8 @@ async function throughput(fn) {
 const cold = [];
 for (let i = 0; i < 5; i++) {
   const s = ns.get(ns.idFromName(`cold-${i}`));
-  await (await s.fetch("https://workspace/create", { method: "POST", body: "" })).arrayBuffer();
+  await (await s.fetch("https://workspace/create?name=cold", { method: "POST", body: "" })).arrayBuffer();
+  await (await s.fetch("https://workspace/keys/add?id=000000000000&role=workspace", { method: "POST" })).arrayBuffer();
 }
 await mf.dispose(); // every object stops; their storage stays
 const again = await start({ dataDir, port: 0, adminSecret: ADMIN });
@@ -66,7 +67,7 @@ const ns2 = await again.mf.getDurableObjectNamespace("WORKSPACES");
 for (let i = 0; i < 5; i++) {
   const s = ns2.get(ns2.idFromName(`cold-${i}`));
   const t = performance.now();
-  const r = await s.fetch("https://workspace/op/acquire", { method: "POST", body });
+  const r = await s.fetch("https://workspace/op/acquire", { method: "POST", body, headers: { "X-Leaseplane-Key-Id": "000000000000" } });
   await r.arrayBuffer();
   cold.push(performance.now() - t);
 }
@@ -81,7 +82,7 @@ const front3 = async () => {
   if (r.status !== 200) throw new Error(`front: ${r.status}`);
 };
 const direct3 = async () => {
-  const r = await stub3.fetch("https://workspace/op/acquire", { method: "POST", body });
+  const r = await stub3.fetch("https://workspace/op/acquire", { method: "POST", body, headers: { "X-Leaseplane-Key-Id": key.split("_")[1] } });
   await r.arrayBuffer();
   if (r.status !== 200) throw new Error(`object: ${r.status}`);
 };

@@ -52,36 +52,63 @@ const (
 	roleOperator  = string(api.RoleOperator)
 )
 
-// keyRecord is what the key store holds under a key's hash: never the key.
+// keyRecord is what the key store holds under a key's id: what never
+// changes about a key (its workspace, role, agent and the SHA-256 of the
+// key; never the key). Whether a key is still valid is the workspace
+// object's to say: it keeps the live key ids, so a revocation holds at
+// once everywhere, while KV may serve a record cached at the edge.
 type keyRecord struct {
 	id        string
 	workspace string
 	role      string
 	agentDID  string
+	hash      string // hex SHA-256 of the key
 }
 
-// The key store's names: a key's record under keyName(hash), the hash of
-// a key id under idName(id) (to revoke by id), a workspace's mark under
-// workspaceName(name).
-func keyName(key string) string {
+// The key store's names: a key's record under idName(id).
+func idName(id string) string { return "id:" + id }
+
+// keyHash is the hex SHA-256 of a key, as its record keeps it.
+func keyHash(key string) string {
 	h := sha256.Sum256([]byte(key))
-	return "key:" + hex.EncodeToString(h[:])
+	return hex.EncodeToString(h[:])
 }
 
-func idName(id string) string          { return "id:" + id }
-func workspaceName(name string) string { return "ws:" + name }
+// keyID reads the id of a key of the form lp_ID_SECRET, ID 12 lower-case
+// hex digits.
+func keyID(key string) (string, bool) {
+	if !strings.HasPrefix(key, keyPrefix) || len(key) < len(keyPrefix)+13 || key[len(keyPrefix)+12] != '_' {
+		return "", false
+	}
+	id := key[len(keyPrefix) : len(keyPrefix)+12]
+	return id, validKeyID(id)
+}
 
-// format writes a record as lines: version, id, workspace, role, agent.
+// validKeyID: 12 lower-case hex digits, as newKey draws them.
+func validKeyID(id string) bool {
+	if len(id) != 12 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// format writes a record as lines: version, id, workspace, role, agent,
+// hash.
 func (k keyRecord) format() string {
-	return "1\n" + k.id + "\n" + k.workspace + "\n" + k.role + "\n" + k.agentDID
+	return "2\n" + k.id + "\n" + k.workspace + "\n" + k.role + "\n" + k.agentDID + "\n" + k.hash
 }
 
 func parseKeyRecord(s string) (keyRecord, error) {
 	f := strings.Split(s, "\n")
-	if len(f) != 5 || f[0] != "1" {
+	if len(f) != 6 || f[0] != "2" {
 		return keyRecord{}, errors.New("malformed key record")
 	}
-	k := keyRecord{id: f[1], workspace: f[2], role: f[3], agentDID: f[4]}
+	k := keyRecord{id: f[1], workspace: f[2], role: f[3], agentDID: f[4], hash: f[5]}
 	switch k.role {
 	case roleWorkspace, roleOperator, roleAgent:
 	default:
@@ -125,16 +152,18 @@ type keyStore interface {
 }
 
 // authenticate finds key's record: 401 for a missing, malformed or unknown
-// key, 503 when the store fails.
+// key, 503 when the store fails. A key found here may still be revoked:
+// the workspace's object checks its id before it does anything.
 func authenticate(ks keyStore, key string) (keyRecord, reply, bool) {
 	if key == "" {
 		return keyRecord{}, fromAPI(api.MissingKey()), false
 	}
 	bad := fromAPI(api.BadKey())
-	if !api.WellFormedKey(key) {
+	id, ok := keyID(key)
+	if !api.WellFormedKey(key) || !ok {
 		return keyRecord{}, bad, false
 	}
-	v, found, err := ks.Get(keyName(key))
+	v, found, err := ks.Get(idName(id))
 	if err != nil {
 		return keyRecord{}, unavailable("key look-up failed"), false
 	}
@@ -144,6 +173,9 @@ func authenticate(ks keyStore, key string) (keyRecord, reply, bool) {
 	k, err := parseKeyRecord(v)
 	if err != nil {
 		return keyRecord{}, unavailable("key look-up failed: " + err.Error()), false
+	}
+	if k.id != id || subtle.ConstantTimeCompare([]byte(k.hash), []byte(keyHash(key))) != 1 {
+		return keyRecord{}, bad, false
 	}
 	return k, reply{}, true
 }

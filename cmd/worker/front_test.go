@@ -19,12 +19,12 @@ func (f fakeKeys) Get(name string) (string, bool, error) {
 }
 
 func TestKeyRecordRoundTrip(t *testing.T) {
-	k := keyRecord{id: "0a1b2c3d4e5f", workspace: "acme", role: roleAgent, agentDID: "did:web:a"}
+	k := keyRecord{id: "0a1b2c3d4e5f", workspace: "acme", role: roleAgent, agentDID: "did:web:a", hash: keyHash("lp_0a1b2c3d4e5f_x")}
 	got, err := parseKeyRecord(k.format())
 	if err != nil || got != k {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
-	for _, bad := range []string{"", "<null>", "2\nid\nacme\nagent\ndid:web:a", "1\nid\nacme\nroot\n", "1\nid\nacme"} {
+	for _, bad := range []string{"", "<null>", "1\nid\nacme\nagent\ndid:web:a", "2\nid\nacme\nroot\n\nh", "2\nid\nacme"} {
 		if _, err := parseKeyRecord(bad); err == nil {
 			t.Errorf("parseKeyRecord(%q) accepted", bad)
 		}
@@ -42,8 +42,11 @@ func TestNewKeyHasTheServersForm(t *testing.T) {
 }
 
 func TestAuthenticate(t *testing.T) {
-	_, key := newKey()
-	store := fakeKeys{keyName(key): keyRecord{id: "x", workspace: "acme", role: roleWorkspace}.format()}
+	id, key := newKey()
+	_, other := newKey()
+	store := fakeKeys{idName(id): keyRecord{id: id, workspace: "acme", role: roleWorkspace, hash: keyHash(key)}.format()}
+	// A key with a known id but another secret is unknown.
+	forged := key[:len("lp_")+13] + other[len("lp_")+13:]
 	for _, c := range []struct {
 		key    string
 		status int
@@ -53,6 +56,9 @@ func TestAuthenticate(t *testing.T) {
 		{"nope", 401, "unknown or revoked key"},
 		{"lp_" + strings.Repeat("a", 300), 401, "unknown or revoked key"},
 		{key + "x", 401, "unknown or revoked key"},
+		{forged, 401, "unknown or revoked key"},
+		{"lp_0A1B2C3D4E5F_x", 401, "unknown or revoked key"},
+		{"lp_0a1b2c3d4e5_fx", 401, "unknown or revoked key"},
 		{key, 0, ""},
 	} {
 		k, rep, ok := authenticate(store, c.key)
@@ -66,7 +72,7 @@ func TestAuthenticate(t *testing.T) {
 			t.Errorf("authenticate(%.20q) = %d %s; want %d %q", c.key, rep.status, rep.body, c.status, c.errMsg)
 		}
 	}
-	if _, rep, ok := authenticate(fakeKeys{keyName(key): "garbage"}, key); ok || rep.status != 503 {
+	if _, rep, ok := authenticate(fakeKeys{idName(id): "garbage"}, key); ok || rep.status != 503 {
 		t.Errorf("a malformed record gave %d %s; want 503", rep.status, rep.body)
 	}
 }

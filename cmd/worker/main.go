@@ -105,7 +105,7 @@ func lease(r *http.Request, rt api.Route) reply {
 			path += "?" + api.ParamWaitUpToMs + "=" + strconv.Itoa(ms)
 		}
 	}
-	return toObject(k.workspace, path, body)
+	return toObject(k.workspace, path, body, k.id)
 }
 
 // ledgerRoute answers the ledger's routes for any key of the workspace: a
@@ -127,7 +127,7 @@ func ledgerRoute(r *http.Request) reply {
 			return fromAPI(api.BadQuery(err))
 		}
 	}
-	return toObject(k.workspace, "/ledger/"+name+"?"+r.URL.RawQuery, nil)
+	return toObject(k.workspace, "/ledger/"+name+"?"+r.URL.RawQuery, nil, k.id)
 }
 
 // requestKey checks r's bearer key: the key's record, or the refusal to
@@ -158,9 +158,15 @@ func readBody(r *http.Request) ([]byte, reply, bool) {
 	return body, reply{}, true
 }
 
-// toObject sends body to path on the workspace's Durable Object and
-// returns its answer.
-func toObject(workspace, path string, body []byte) reply {
+// headerKeyID carries the id of the request's key to the workspace's
+// object, which refuses a key it does not hold (revoked, or never made
+// there). The object is reachable only through its binding.
+const headerKeyID = "X-Leaseplane-Key-Id"
+
+// toObject sends body to path on the workspace's Durable Object, with
+// keyID (empty for the admin routes) for the object to check, and returns
+// its answer.
+func toObject(workspace, path string, body []byte, keyID string) reply {
 	ns, err := cloudflare.NewDurableObjectNamespace(bindingWorkspaces)
 	if err != nil {
 		return unavailable("binding " + bindingWorkspaces + ": " + err.Error())
@@ -172,6 +178,9 @@ func toObject(workspace, path string, body []byte) reply {
 	req, err := http.NewRequest("POST", "https://workspace"+path, strings.NewReader(string(body)))
 	if err != nil {
 		return unavailable(err.Error())
+	}
+	if keyID != "" {
+		req.Header.Set(headerKeyID, keyID)
 	}
 	res, err := stub.Fetch(req)
 	if err != nil {
@@ -253,29 +262,23 @@ func admin(r *http.Request) reply {
 		"; they are POST /admin/v1/workspaces, POST /admin/v1/keys and DELETE /admin/v1/keys")
 }
 
+// createWorkspace makes the workspace's object and its first key. The
+// object is the truth about what exists: it refuses a second creation once
+// the workspace has had a key, but a creation whose key was never made (a
+// failure after the object was made) can be sent again with the same rules.
 func createWorkspace(ks kvKeys, name string, rules []byte) reply {
 	if err := validWorkspaceName(name); err != nil {
 		return refusal(400, kernel.ReasonInvalid, "workspace "+err.Error())
 	}
-	if _, found, err := ks.Get(workspaceName(name)); err != nil {
-		return unavailable(err.Error())
-	} else if found {
-		return refusal(409, "workspace_exists", "workspace "+name+" exists")
-	}
-	if rep := toObject(name, "/create?name="+name, rules); rep.status != 200 {
+	if rep := toObject(name, "/create?name="+name, rules, ""); rep.status != 200 {
 		return rep
-	}
-	if err := ks.Put(workspaceName(name), "1"); err != nil {
-		return unavailable(err.Error())
 	}
 	return issueKey(ks, name, roleWorkspace, "")
 }
 
 func createKey(ks kvKeys, q url.Values) reply {
 	name, role, agent := q.Get("workspace"), q.Get("role"), q.Get("agentDid")
-	if _, found, err := ks.Get(workspaceName(name)); err != nil {
-		return unavailable(err.Error())
-	} else if !found {
+	if err := validWorkspaceName(name); err != nil {
 		return refusal(404, "not_found", "no workspace "+strconv.Quote(name))
 	}
 	switch role {
@@ -293,14 +296,22 @@ func createKey(ks kvKeys, q url.Values) reply {
 	return issueKey(ks, name, role, agent)
 }
 
+// issueKey writes the new key's record to KV, then has the workspace's
+// object hold its id (from then on the key works). A failure of either
+// leaves no working key, and the call can be repeated.
 func issueKey(ks kvKeys, workspace, role, agent string) reply {
 	id, key := newKey()
-	rec := keyRecord{id: id, workspace: workspace, role: role, agentDID: agent}
-	if err := ks.Put(keyName(key), rec.format()); err != nil {
+	rec := keyRecord{id: id, workspace: workspace, role: role, agentDID: agent, hash: keyHash(key)}
+	if err := ks.Put(idName(id), rec.format()); err != nil {
 		return unavailable(err.Error())
 	}
-	if err := ks.Put(idName(id), keyName(key)); err != nil {
-		return unavailable(err.Error())
+	q := url.Values{"id": {id}, "role": {role}}
+	if agent != "" {
+		q.Set("agentDid", agent)
+	}
+	if rep := toObject(workspace, "/keys/add?"+q.Encode(), nil, ""); rep.status != 200 {
+		ks.Delete(idName(id)) // best effort: an id the object does not hold works nowhere
+		return rep
 	}
 	b := append([]byte(nil), `{"ok":true,"workspace":`...)
 	b = kernel.AppendQuote(b, workspace)
@@ -317,20 +328,29 @@ func issueKey(ks kvKeys, workspace, role, agent string) reply {
 	return reply{status: 200, body: append(b, '}')}
 }
 
+// revokeKey has the key's workspace object drop its id: from its answer
+// on, every request with the key is refused, at every location. The KV
+// record is deleted after, best effort (a cached copy of it authorizes
+// nothing).
 func revokeKey(ks kvKeys, id string) reply {
-	h, found, err := ks.Get(idName(id))
+	if !validKeyID(id) {
+		return refusal(404, "not_found", "no key "+strconv.Quote(id))
+	}
+	v, found, err := ks.Get(idName(id))
 	if err != nil {
 		return unavailable(err.Error())
 	}
 	if !found {
 		return refusal(404, "not_found", "no key "+strconv.Quote(id))
 	}
-	if err := ks.Delete(h); err != nil {
+	rec, err := parseKeyRecord(v)
+	if err != nil {
 		return unavailable(err.Error())
 	}
-	if err := ks.Delete(idName(id)); err != nil {
-		return unavailable(err.Error())
+	if rep := toObject(rec.workspace, "/keys/revoke?id="+id, nil, ""); rep.status != 200 {
+		return rep
 	}
+	ks.Delete(idName(id))
 	return reply{status: 200, body: []byte(`{"ok":true,"revoked":true}`)}
 }
 

@@ -107,6 +107,8 @@ export class Workspace extends DurableObject {
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_entries (idx INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_hashes (idx INTEGER PRIMARY KEY, hash BLOB NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_grants (lease_id TEXT PRIMARY KEY, idx INTEGER NOT NULL)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS keys (id TEXT PRIMARY KEY, role TEXT NOT NULL, agent_did TEXT)`);
+    this.keys = new Map(this.sql.exec(`SELECT id, role, agent_did FROM keys`).toArray().map((k) => [k.id, k]));
     this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
     this.semantics = this.ledger.semantics();
     this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
@@ -166,18 +168,27 @@ export class Workspace extends DurableObject {
   async route(req) {
     const url = new URL(req.url);
     const path = url.pathname;
+    // Every route a key reaches is refused unless this workspace holds the
+    // key's id: a revocation holds from its answer on.
+    const keyId = req.headers.get("X-Leaseplane-Key-Id");
+    if ((path.startsWith("/op/") || path.startsWith("/ledger/")) && this.kernel !== null && !this.keys.has(keyId)) {
+      return refusal(401, "unauthorized", "unknown or revoked key");
+    }
     if (path.startsWith("/op/")) {
       const op = path.slice(4);
       if (!OPS.has(op)) return refusal(404, "not_found", `no op ${op}`);
       if (this.kernel === null) return refusal(404, "not_found", "this workspace does not exist");
       const body = new Uint8Array(await req.arrayBuffer());
       const waitUpTo = url.searchParams.get("waitUpToMs");
-      if (op === "acquire" && waitUpTo !== null) return this.held(body, Number(waitUpTo));
+      if (op === "acquire" && waitUpTo !== null) return this.held(body, Number(waitUpTo), keyId);
       return this.command(op, body);
     }
     switch (path) {
       case "/create":
         return this.create(url.searchParams.get("name"), new Uint8Array(await req.arrayBuffer()));
+      case "/keys/add":
+      case "/keys/revoke":
+        return this.key(path.slice(6), url.searchParams);
       case "/replay": {
         let input;
         try {
@@ -208,8 +219,35 @@ export class Workspace extends DurableObject {
     return refusal(404, "not_found", `no route ${path}`);
   }
 
+  // key adds a key's id (and role) to this workspace, or revokes one; a
+  // revocation ends the key's held requests at once.
+  key(what, q) {
+    if (this.kernel === null) return refusal(404, "not_found", "this workspace does not exist");
+    const id = q.get("id");
+    if (what === "add") {
+      const k = { id, role: q.get("role"), agent_did: q.get("agentDid") };
+      this.sql.exec(`INSERT OR REPLACE INTO keys (id, role, agent_did) VALUES (?, ?, ?)`, k.id, k.role, k.agent_did);
+      this.setMeta("keyed", 1);
+      this.keys.set(id, k);
+      return json(200, { ok: true });
+    }
+    if (!this.keys.has(id)) return refusal(404, "not_found", `no key ${JSON.stringify(id)}`);
+    this.sql.exec(`DELETE FROM keys WHERE id = ?`, id);
+    this.keys.delete(id);
+    this.wake();
+    return json(200, { ok: true, revoked: true });
+  }
+
+  // create makes the workspace. Once it has had a key it is refused
+  // workspace_exists; before that, the same creation again is answered as
+  // the first (its first key may have failed to be made).
   async create(name, rules) {
-    if (this.rules !== null) return refusal(409, "workspace_exists", "this workspace exists");
+    if (this.rules !== null) {
+      if (this.meta("keyed") === null && this.meta("name") === name && this.rules === dec.decode(rules)) {
+        return json(200, { ok: true, verifier: this.meta("ledger_verifier") });
+      }
+      return refusal(409, "workspace_exists", "this workspace exists");
+    }
     if (!name) return refusal(400, "invalid_request", "name is required");
     const secret = this.env.LEASEPLANE_LEDGER_SECRET;
     if (!secret) return unavailable("the LEASEPLANE_LEDGER_SECRET secret is not set: the ledger's signing key cannot be sealed");
@@ -267,9 +305,10 @@ export class Workspace extends DurableObject {
   // operator's act) and shortly before the caller's own claim would end,
   // and answers the grant or any other refusal at once, or the last
   // lease_held when the time is up. The front has checked N (0 to 30000).
-  async held(body, waitUpToMs) {
+  async held(body, waitUpToMs, keyId) {
     const deadline = Date.now() + waitUpToMs;
     for (;;) {
+      if (!this.keys.has(keyId)) return refusal(401, "unauthorized", "unknown or revoked key");
       const res = this.apply("acquire", body);
       if (res === null || res.status !== 409) return this.answer(res);
       const a = JSON.parse(dec.decode(res.answer));
@@ -296,10 +335,7 @@ export class Workspace extends DurableObject {
       this.setMeta("clock", now);
     }
     this.catchUp();
-    // Held requests ask again: something may have freed.
-    const wake = this.wakers;
-    this.wakers = [];
-    if (wake) for (const w of wake) w();
+    this.wake(); // held requests ask again: something may have freed
     if (++this.sinceSnapshot >= SNAPSHOT_EVERY) {
       this.sql.exec(`INSERT INTO snapshot (id, seq, data, version) VALUES (1, ?, ?, ?)
         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, data = excluded.data, version = excluded.version`,
@@ -309,6 +345,12 @@ export class Workspace extends DurableObject {
       this.sinceSnapshot = 0;
     }
     this.schedule();
+  }
+
+  wake() {
+    const wake = this.wakers;
+    this.wakers = [];
+    if (wake) for (const w of wake) w();
   }
 
   // catchUp writes to the ledger the events of every logged command it does

@@ -172,6 +172,47 @@ test("401: no key, a bad scheme, an unknown key, a revoked key", async () => {
   assert.equal(wrongAdmin.status, 401);
 });
 
+test("a revocation holds at once, whatever KV still serves: the next request and a held one are refused", async () => {
+  const made = await createKey(base, ADMIN, "acme", "workspace");
+  const who = "did:web:a.example:agent:revoked";
+  assert.equal((await acquire(made.key, "lock:revoked", who)).status, 200);
+  // Another agent's request, held behind the lease, with the same key.
+  const other = "did:web:a.example:agent:revoked-2";
+  const held = call(`${LEASE}?waitUpToMs=20000`, made.key, { resource: "lock:revoked", actorDid: other });
+  for (let i = 0; i < 100; i++) {
+    const w = await call(`${WAIT}?prefix=lock:revoked`, keyA, null, { method: "GET" });
+    if (w.json.queues[0]?.waiters?.length) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  // Revoked at the object only: the key's KV record stays, as a record
+  // cached at another location would.
+  const revoked = await objectJSON("acme", `/keys/revoke?id=${made.id}`, { method: "POST" });
+  assert.deepEqual(revoked, { ok: true, revoked: true });
+  const h = await held;
+  assert.equal(h.status, 401, `the held request: ${h.text}`);
+  assert.equal(h.json.reason, "unauthorized");
+  const next = await acquire(made.key, "lock:revoked", who);
+  assert.equal(next.status, 401, next.text);
+  assert.equal(next.json.error, "unknown or revoked key");
+  assert.equal((await call("/api/v1/ledger/checkpoint", made.key, null, { method: "GET" })).status, 401);
+  // The admin route's revocation of an unknown or revoked id is 404.
+  const again = await fetch(`${base}/admin/v1/keys?id=${made.id}`, { method: "DELETE", headers: { ...fresh, Authorization: `Bearer ${ADMIN}` } });
+  assert.equal(again.status, 404, await again.text());
+});
+
+test("a creation whose first key was never made can be sent again", async () => {
+  // The object made, then the front gone before the key (as a failed KV
+  // write would leave it).
+  await objectJSON("retried", "/create?name=retried", { method: "POST", body: "" });
+  const key = await createWorkspace(base, ADMIN, "retried");
+  assert.equal((await acquire(key, "lock:x", "did:web:a.example:agent:1")).status, 200);
+  const twice = await fetch(`${base}/admin/v1/workspaces?name=retried`, { method: "POST", headers: { ...fresh, Authorization: `Bearer ${ADMIN}` } });
+  assert.equal(twice.status, 409);
+  assert.equal((await twice.json()).reason, "workspace_exists");
+  const none = await fetch(`${base}/admin/v1/keys?workspace=nosuch&role=workspace`, { method: "POST", headers: { ...fresh, Authorization: `Bearer ${ADMIN}` } });
+  assert.equal(none.status, 404, await none.text());
+});
+
 test("403: an agent key naming another agent; suspend without an operator key", async () => {
   const me = "did:web:a.example:agent:keyed";
   const { key } = await createKey(base, ADMIN, "acme", "agent", me);
@@ -261,6 +302,7 @@ test("restarting workerd keeps every lease (snapshot plus log)", async () => {
   for (let i = 0; i < 301; i++) {
     const res = await stub.fetch("https://workspace/op/acquire", {
       method: "POST",
+      headers: { "X-Leaseplane-Key-Id": key.split("_")[1] },
       body: JSON.stringify({ resource: "lock:r0", actorDid: "did:web:a.example:agent:0" }),
     });
     assert.equal(res.status, 200);
