@@ -312,7 +312,7 @@ func TestOnlyCmdReadsEnvironment(t *testing.T) {
 // kernelReferences are the server's files that use the native kernel
 // beside the engine on purpose: the drills check what the live engine
 // answered against the native kernel's replay of the same commands.
-var kernelReferences = []string{"server/drill.go"}
+var kernelReferences = []string{"server/drill/drill.go"}
 
 // TestServerSeesKernelThroughEngine checks rule 3: the server makes
 // machines only through the kernel.Factory it is given, never a Machine of

@@ -9,6 +9,7 @@ import (
 	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/kernel/detect"
 	"github.com/leaseplane/leaseplane/server/detection"
+	"github.com/leaseplane/leaseplane/server/drill"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -87,7 +88,7 @@ func hostEvent(typ string, atMs int64, fields ...string) []byte {
 
 // recordDrillRun puts a finished run in the ledger of the workspace that
 // asked for it.
-func (s *Server) recordDrillRun(ws, id, started, finished int64, passed bool, results []DrillResult) {
+func (s *Server) recordDrillRun(ws, id, started, finished int64, passed bool, results []drill.Result) {
 	drills := []byte{'['}
 	for i, d := range results {
 		if i > 0 {

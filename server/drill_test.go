@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/drill"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -68,7 +69,7 @@ type runView struct {
 	StartedAtMs  *int64
 	FinishedAtMs *int64
 	Passed       *bool
-	Drills       []DrillResult
+	Drills       []drill.Result
 }
 
 func (ds *drillServer) runs() ([]runView, int64) {
@@ -111,8 +112,8 @@ func (ds *drillServer) runOnce(timeout time.Duration) runView {
 	return runView{}
 }
 
-func byName(r runView) map[string]DrillResult {
-	m := map[string]DrillResult{}
+func byName(r runView) map[string]drill.Result {
+	m := map[string]drill.Result{}
 	for _, d := range r.Drills {
 		m[d.Name] = d
 	}
@@ -120,7 +121,7 @@ func byName(r runView) map[string]DrillResult {
 }
 
 func TestDrillFilesReplay(t *testing.T) {
-	ds, err := Drills()
+	ds, err := drill.All()
 	if err != nil {
 		t.Fatal(err)
 	}

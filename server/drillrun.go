@@ -13,6 +13,7 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/api"
+	"github.com/leaseplane/leaseplane/server/drill"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -223,8 +224,8 @@ func (r *drillRunner) runJob(job drillJob) {
 	if err := s.store.StartDrillRun(job.id, started); err != nil {
 		s.log.Error("drills: starting a run failed", "run", job.id, "err", err)
 	}
-	results, err := s.runDrills(r.ctx, job.id, func(sofar []DrillResult) {
-		if err := s.store.SaveDrillRun(job.id, drillsJSON(sofar), 0, false); err != nil {
+	results, err := s.runDrills(r.ctx, job.id, func(sofar []drill.Result) {
+		if err := s.store.SaveDrillRun(job.id, drill.ResultsJSON(sofar), 0, false); err != nil {
 			s.log.Warn("drills: saving progress failed", "run", job.id, "err", err)
 		}
 	})
@@ -236,13 +237,13 @@ func (r *drillRunner) runJob(job drillJob) {
 		passed = passed && d.Passed
 	}
 	if err != nil {
-		results = append(results, DrillResult{Name: "run", Detail: "the run could not go on: " + err.Error()})
+		results = append(results, drill.Result{Name: "run", Detail: "the run could not go on: " + err.Error()})
 	}
 	finished := s.nowMs()
 	if finished <= started {
 		finished = started
 	}
-	if err := s.store.SaveDrillRun(job.id, drillsJSON(results), finished, passed); err != nil {
+	if err := s.store.SaveDrillRun(job.id, drill.ResultsJSON(results), finished, passed); err != nil {
 		s.log.Error("drills: saving a run failed", "run", job.id, "err", err)
 	}
 	r.mu.Lock()

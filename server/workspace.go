@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/drill"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -34,7 +35,7 @@ type workspace struct {
 	closed      bool
 
 	// tape, when not nil (a drill workspace), gets every command applied.
-	tape []tapeEntry
+	tape []drill.TapeEntry
 
 	alarmAt   int64 // the time the armed timer ticks at; 0 when none
 	alarmStop func() bool
@@ -303,8 +304,8 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 		}
 	}
 	if ws.tape != nil {
-		ws.tape = append(ws.tape, tapeEntry{op: op, nowMs: now, body: bytes.Clone(body), status: res.Status,
-			answer: bytes.Clone(res.Answer), events: kernel.AppendEvents(nil, res.Events), changed: res.Changed && !clockOnly})
+		ws.tape = append(ws.tape, drill.TapeEntry{Op: op, NowMs: now, Body: bytes.Clone(body), Status: res.Status,
+			Answer: bytes.Clone(res.Answer), Events: kernel.AppendEvents(nil, res.Events), Changed: res.Changed && !clockOnly})
 	}
 	if res.Changed && !clockOnly {
 		ws.seq++
