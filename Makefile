@@ -253,9 +253,12 @@ worker:
 	cp cmd/worker/index.mjs cmd/worker/front.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs cmd/worker/ledger.mjs $(WORKER)/
 
 # worker-dev runs the worker in a local workerd (Miniflare) on PORT, with
-# its storage in ./data/worker, makes a workspace and prints its key.
+# its storage in ./data/worker, makes a workspace and prints its key. A busy
+# port is refused before anything is built.
 PORT ?= 8787
-worker-dev: worker
+worker-dev:
+	node cmd/worker/portfree.mjs $(PORT)
+	$(MAKE) worker
 	test -d node_modules/miniflare || npm ci
 	WRANGLER_SEND_METRICS=false node cmd/worker/dev.mjs --port $(PORT) --data ./data/worker
 

@@ -39,7 +39,16 @@ function localSecret(name) {
 const [secret, secretFile] = localSecret("admin-secret");
 const [ledgerSecret] = localSecret("ledger-secret");
 
-const { mf, url } = await start({ dataDir: data, port, adminSecret: secret, ledgerSecret });
+let mf, url;
+try {
+  ({ mf, url } = await start({ dataDir: data, port, adminSecret: secret, ledgerSecret }));
+} catch (err) {
+  // Miniflare's error for a port taken since make checked it, or a
+  // missing build, without its stack.
+  console.error(`worker-dev: starting workerd on 127.0.0.1:${port} failed: ${err && err.message}`);
+  console.error(`worker-dev: if the port is in use, choose another: make worker-dev PORT=${port + 1}`);
+  process.exit(1);
+}
 const made = await fetch(`${url}/admin/v1/workspaces?name=default`, {
   method: "POST",
   headers: { Authorization: `Bearer ${secret}` },
@@ -53,8 +62,9 @@ if (made.status === 200) {
   await mf.dispose();
   process.exit(1);
 } else {
-  console.log(`leaseplane worker: workspace "default" exists in ${data}; make another key with:`);
-  console.log(`  curl -X POST -H "Authorization: Bearer $(cat ${secretFile})" '${url}/admin/v1/keys?workspace=default&role=workspace'`);
+  console.log(`leaseplane worker: workspace "default" exists in ${data} (its first key was printed on the first start); make another key with:`);
+  console.log(`  curl -s -X POST -H "Authorization: Bearer $(cat ${secretFile})" '${url}/admin/v1/keys?workspace=default&role=workspace'`);
+  console.log(`and export the "key" of its answer as LEASEPLANE_KEY.`);
 }
 console.log(`leaseplane worker: serving in workerd on ${url} (admin secret in ${secretFile})`);
 console.log(`export LEASEPLANE_URL=${url}`);
