@@ -1,4 +1,5 @@
-# leaseplane: `make run` serves the plane and its playground; `make test` runs every test.
+# leaseplane: `make run` serves the plane and its playground; `make check` is the
+# inner loop (Go alone); `make test` runs every test.
 # Each target installs what it needs (Go modules, npm packages, Debian's chromium).
 
 GO      ?= go
@@ -7,7 +8,7 @@ BIN     := bin/leaseplane
 # of its count of inputs below.
 FUZZTIME ?=
 
-.PHONY: test-python deps-python test-js check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
+.PHONY: check check-fmt check-worker test-python deps-python test-js check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
         wasm check-wasm test-fresh static test-static release bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
@@ -109,23 +110,39 @@ check-wasm:
 # The Node suites run last, so that a passing run ends with node --test's
 # summary (# pass N, # fail 0), which a CI runner recognises; a failing
 # one ends with make's error.
-test: check-tree check-wasm check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-python test-js test-browser test-worker
+test: check-tree check-wasm check-worker check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-python test-js test-browser test-worker
 
-# test-go leaves the parity run to its own target, which prints its seed.
-test-go: test-bench-tool
-	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
+# check is the inner loop: gofmt, vet and every Go test that needs Go and
+# the kernel corpus alone (no apt, no npm; Go modules are fetched), in a
+# few minutes. Tests that run a program outside Go (Node, Chromium, workerd,
+# Redis, etcd) carry the build tag `external`: without it they are not
+# compiled (so they cannot skip quietly), and make test sets it and installs
+# what they need.
+GO_FILES = $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')
+check-fmt:
+	@bad=$$(gofmt -l $(GO_FILES)); \
 	  test -z "$$bad" || { echo "gofmt: not formatted (run gofmt -w): $$bad"; exit 1; }
+
+check: check-tree check-fmt
 	$(GO) vet ./...
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/wasm/parity$$')
+	$(GO) test -count=1 ./...
+	cd $(BENCH_TOOL) && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# test-go is check's Go tests with the tag `external` set, but for the
+# parity run, which has its own target (it prints its seed).
+test-go: check-fmt test-bench-tool
+	$(GO) vet -tags external ./...
+	$(GO) test -tags external -count=1 $$($(GO) list ./... | grep -v '/wasm/parity$$')
 
 # The load tool is a module of its own (cmd/leaseplane-bench/go.mod), so
 # that go-redis and etcd's client stay out of the product; its tests drive
-# a real redis-server and etcd. It requires the root module by a replace, so
-# a new dependency of the root module needs a `go mod tidy` there too.
+# a real redis-server and etcd (tag external). It requires the root module
+# by a replace, so a new dependency of the root module needs a `go mod tidy`
+# there too.
 BENCH_TOOL := cmd/leaseplane-bench
 test-bench-tool: deps-bench
 	@cd $(BENCH_TOOL) && $(GO) mod tidy -diff >/dev/null || { echo "$(BENCH_TOOL)/go.mod is not tidy (a dependency of the root module changed?): run cd $(BENCH_TOOL) && go mod tidy, and commit it"; exit 1; }
-	cd $(BENCH_TOOL) && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd $(BENCH_TOOL) && $(GO) vet -tags external ./... && $(GO) test -tags external -count=1 ./...
 
 deps-bench:
 	test -x /usr/bin/redis-server -a -x /usr/bin/etcd || (apt-get update && apt-get install -y --no-install-recommends redis-server etcd-server)
@@ -173,8 +190,9 @@ check-imports:
 
 # parity: corpus + >= 10,000 random scenarios through native, wazero and Node.
 # A new seed each run (printed); LEASEPLANE_PARITY_SEED=N reproduces a run.
+# The package's tests run Node, so they carry the tag external.
 parity:
-	$(GO) test -count=1 -v -run '^TestParity$$' ./wasm/parity
+	$(GO) test -tags external -count=1 -v ./wasm/parity
 
 test-node:
 	node --test wasm/js/leaseplane.test.js
@@ -240,17 +258,33 @@ bench: deps-bench
 # worker builds the Cloudflare Workers tier into bin/worker (docs/WORKERS.md):
 # the Go front worker (cmd/worker, GOOS=js, with syumai/workers' glue),
 # the Durable Object (cmd/worker/*.mjs), the kernel's wasip1 build and
-# kernel/ledger's (cmd/worker/ledger).
+# kernel/ledger's (cmd/worker/ledger). Its wasm is a build output, never
+# committed, but reproducible like make wasm's: the pinned toolchain,
+# -trimpath, no build id (check-worker builds it twice and compares).
 WORKER := bin/worker
+define build-worker
+	@mkdir -p $(dir $(1))
+	rm -rf $(1)
+	$(WASM_GO) run github.com/syumai/workers/cmd/workers-assets-gen -mode=go -o $(1)
+	rm $(1)/worker.mjs $(1)/runtime.mjs # front.mjs is the entry: one Go runtime for many requests
+	GOOS=js GOARCH=wasm $(WASM_GO) build -trimpath -ldflags='-s -w -buildid=' -o $(1)/app.wasm ./cmd/worker
+	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(WASM_GO) build -buildmode=c-shared -trimpath -ldflags='-s -w -buildid=' -o $(1)/ledger.wasm ./cmd/worker/ledger
+	cp wasm/wazero/leaseplane-wasip1.wasm $(1)/kernel.wasm
+	cp cmd/worker/index.mjs cmd/worker/front.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs cmd/worker/ledger.mjs $(1)/
+endef
 worker:
-	@mkdir -p bin
-	rm -rf $(WORKER)
-	$(GO) run github.com/syumai/workers/cmd/workers-assets-gen -mode=go -o $(WORKER)
-	rm $(WORKER)/worker.mjs $(WORKER)/runtime.mjs # front.mjs is the entry: one Go runtime for many requests
-	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags='-s -w' -o $(WORKER)/app.wasm ./cmd/worker
-	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $(WORKER)/ledger.wasm ./cmd/worker/ledger
-	cp wasm/wazero/leaseplane-wasip1.wasm $(WORKER)/kernel.wasm
-	cp cmd/worker/index.mjs cmd/worker/front.mjs cmd/worker/workspace.mjs cmd/worker/kernel.mjs cmd/worker/ledger.mjs $(WORKER)/
+	$(call build-worker,$(WORKER))
+
+# check-worker builds the worker twice aside, the second time from a copy
+# of the tree at another path with an empty build cache, and fails on any
+# byte of difference between the two.
+check-worker:
+	@rm -rf bin/worker-check && mkdir -p bin/worker-check/src
+	$(call build-worker,bin/worker-check/a)
+	git ls-files -z --cached --others --exclude-standard | xargs -0 sh -c 'for f; do test -e "$$f" && printf "%s\0" "$$f"; done' _ | tar --null -T - -cf - | tar -xf - -C bin/worker-check/src
+	cache=$$(mktemp -d) && GOCACHE=$$cache $(MAKE) -s -C bin/worker-check/src worker WORKER=$(CURDIR)/bin/worker-check/b; rc=$$?; rm -rf $$cache; exit $$rc
+	@diff -r bin/worker-check/a bin/worker-check/b >/dev/null || { diff -rq bin/worker-check/a bin/worker-check/b; echo "check-worker: two builds of the worker differ: it is not reproducible"; exit 1; }
+	@echo "check-worker: two builds, the second from another path with an empty build cache, are the same bytes ($$(ls bin/worker-check/a | wc -l) files)"
 
 # worker-dev runs the worker in a local workerd (Miniflare) on PORT, with
 # its storage in ./data/worker, makes a workspace and prints its key. A busy
