@@ -103,13 +103,6 @@ func (g *bodyGuard) expireBodies() {
 	}
 }
 
-// unread counts the bodies being read now (for tests).
-func (g *bodyGuard) unread() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.reading)
-}
-
 // limitListener accepts at most n connections at a time; Accept waits
 // while n are open, and the operating system queues further ones.
 type limitListener struct {

@@ -1,72 +1,26 @@
-// Package server is the lease plane's HTTP host: the REST routes (listed
-// in docs/SERVER.md), API keys and workspaces, one kernel machine per
-// workspace with its alarm, durable state through server/store (a command
-// log with group commit and snapshots), the events sink, Prometheus metrics
-// and health.
+// Package server is the lease plane's HTTP host: the REST routes, API keys
+// and workspaces, one kernel machine per workspace with its alarm, durable
+// state through server/store (a command log with group commit, snapshots),
+// the signed ledger (server/ledger) or the events sink, Prometheus metrics
+// and health. docs/SERVER.md is the operator's description (routes, keys
+// and roles, the data folder, durability, alarms, metrics); this comment
+// says what a change here must keep true.
 //
-// # The request path
+// A request, REST (http.go) or MCP (server/mcp), is authenticated and its
+// key's role checked before its body is decoded; then the command is applied
+// to the key's workspace, one at a time under the workspace's lock. A command
+// that changed state is handed, in order, to the one committer goroutine
+// (commit.go), and its answer leaves only after the transaction that holds it
+// has committed; a command that changed nothing waits for the commit of the
+// last change it may have seen, so no answer shows state a crash could take
+// back. When a commit fails, its commands and the workspace's later
+// uncommitted ones are answered 503 and the workspace is rebuilt from disk
+// (snapshot plus log) before it decides again.
 //
-// Every request, REST or MCP, goes through Call: authenticate the bearer
-// key, check the key's role (an agent key names only its own actorDid, the
-// operator routes need an operator key), then apply the command to the
-// key's workspace. A workspace applies its commands one at a time under its
-// lock; a command that changed state is handed, in order, to the one
-// committer goroutine, and its answer leaves only after the transaction
-// that holds it has committed. Commands of all workspaces that arrive while
-// a commit is under way share the next one (group commit). A command that
-// changed nothing still waits for the commit of the last change it may have
-// seen, so no answer ever shows state that a crash could take back.
-//
-// When a commit fails, every command in it and every later command of that
-// workspace not yet committed is answered 503 unavailable (nothing
-// granted), and the workspace's machine is rebuilt from disk (snapshot plus
-// log) before it decides anything else.
-//
-// # Alarms
-//
-// After each command the server asks the machine for its next alarm and
-// keeps one timer per workspace at that time; the timer sends tick, so a
-// lease lapses, with its coordination.expire event and the trust change,
-// when no one is asking. Time comes from Config.Clock; timers from
-// Config.AfterFunc, so tests can drive both.
-//
-// # Keys and roles
-//
-// A workspace key may name any agent of its workspace; an agent key only its
-// own DID (403 actor_mismatch otherwise); an operator key may do what a
-// workspace key does and, alone, call POST /api/v1/acp/operator/suspend and
-// /resume with {"actorDid"}. Keys are stored hashed; the server caches a
-// key it has seen for Config.KeyCacheTTL, so a revoked key stops working
-// within that time.
-//
-// # Events
-//
-// With Config.NoLedger, every kernel event goes to the append-only events
-// table (its own SQLite file, server/store; with a ledger, the ledger holds
-// the same events and the table is not written) through a bounded queue
-// that never blocks: when it is
-// full the events are dropped and counted (leaseplane_events_dropped_total).
-// A goroutine of its own writes the queue in batches, after the commands'
-// commits, so an event write can neither delay nor fail a command. On
-// restart the replayed log emits its events again and the table keeps each
-// (workspace, seq, index) once.
-//
-// # Ledger
-//
-// Unless Config.NoLedger, every event goes to the workspace's signed
-// ledger (server/ledger): the log row of each command keeps its events, the
-// committer hands them to the ledger before the answers leave, and the
-// ledger's own writer appends them, catching up from the log after a
-// failure or a crash. GET /api/v1/ledger/... serves it under the same keys.
-//
-// # Data folder
-//
-// The folder holds leaseplane.db (workspaces, key hashes, log),
-// snapshots.db, events.db, ledger.db, ledger-keys/ (one signing key per workspace, 0600)
-// and serve.lock, an exclusive lock that keeps a second server
-// off the same folder. docs/SERVER.md describes them for operators. In a
-// folder restored from a backup (server/backup), each workspace's fence
-// counter is raised once, on its first load (fence.go).
+// Time comes from Config.Clock and timers from Config.AfterFunc, so tests
+// drive both; the events a command made reach the ledger before its answer
+// leaves, and under Config.NoLedger the events sink after it, which never
+// blocks a command.
 package server
 
 import (
@@ -189,8 +143,8 @@ type Server struct {
 	wsMu       sync.RWMutex
 	workspaces map[int64]*workspace
 
-	// life guards closed: every Call and tick holds it for reading while it
-	// runs; Shutdown takes it for writing, so it waits for them.
+	// life guards closed: every request, tick and drill holds it for reading
+	// while it runs; Shutdown takes it for writing, so it waits for them.
 	life   sync.RWMutex
 	closed bool
 	// draining is closed when Shutdown begins: held lease requests answer

@@ -151,3 +151,10 @@ func TestSlowBodies(t *testing.T) {
 		}
 	})
 }
+
+// unread counts the bodies being read now.
+func (g *bodyGuard) unread() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.reading)
+}

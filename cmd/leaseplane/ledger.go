@@ -503,8 +503,3 @@ func saveReceipt(c *client.Client, leaseID, file string) error {
 	}
 	return os.WriteFile(file, r, 0o644)
 }
-
-// ledgerClientFor is a ledger client of the plane at url with key.
-func ledgerClientFor(u, key string) *client.Client {
-	return client.New(u, key, &http.Client{Timeout: requestTimeout})
-}

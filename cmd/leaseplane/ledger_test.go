@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/client"
 	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
@@ -343,4 +345,9 @@ func TestLedgerStatus(t *testing.T) {
 		!strings.Contains(errb.String(), `no workspace "nope"`) {
 		t.Errorf("status of a missing workspace: exit %d, %q", code, errb.String())
 	}
+}
+
+// ledgerClientFor is a ledger client of the plane at url with key.
+func ledgerClientFor(u, key string) *client.Client {
+	return client.New(u, key, &http.Client{Timeout: requestTimeout})
 }

@@ -21,10 +21,10 @@ import (
 	"github.com/leaseplane/leaseplane/server/mcp"
 )
 
-// defaultEngine is what serve runs without --engine. The issue asks for
-// wasm when its end-to-end throughput is at least 80 % of native; see the
-// "Server" section of docs/BENCHMARKS.md for the measurement behind the
-// choice.
+// defaultEngine is what serve runs without --engine. The wasm engine would
+// be the default once its end-to-end throughput is at least 80 % of
+// native's; the "Server" section of docs/BENCHMARKS.md has the measurement
+// behind the choice.
 const defaultEngine = "native"
 
 // firstWorkspace is the workspace a first start on an empty data folder

@@ -263,22 +263,13 @@ func (s *Store) init() error {
 	if _, err := s.sdb.Exec(snapshotsSchema); err != nil {
 		return fmt.Errorf("store: create snapshots schema: %w", err)
 	}
-	// A log from before the ledger has no events column: add it (its old
-	// rows stay NULL: their events are not known).
-	var hasEvents int
-	if err := s.db.QueryRow(`SELECT count(*) FROM pragma_table_info('log') WHERE name = 'events'`).Scan(&hasEvents); err != nil {
-		return fmt.Errorf("store: read the log's columns: %w", err)
-	}
-	if hasEvents == 0 {
-		if _, err := s.db.Exec(`ALTER TABLE log ADD COLUMN events BLOB`); err != nil {
-			return fmt.Errorf("store: add the events column to the log: %w", err)
-		}
-	}
-	// The semantics and rules each command ran under. A log from before
-	// they were recorded was written by leaseplane 0.1: semantics 1, the
-	// workspace's rules.
+	// Columns the log gained after its first release, added to an older
+	// log: events (since the ledger; old rows stay NULL, their events are
+	// not known), and the semantics and rules each command ran under (a log
+	// without them was written by leaseplane 0.1: semantics 1, the
+	// workspace's rules).
 	for _, col := range []struct{ name, decl string }{
-		{"semantics", "semantics INTEGER NOT NULL DEFAULT 1"}, {"rules", "rules TEXT"},
+		{"events", "events BLOB"}, {"semantics", "semantics INTEGER NOT NULL DEFAULT 1"}, {"rules", "rules TEXT"},
 	} {
 		var has int
 		if err := s.db.QueryRow(`SELECT count(*) FROM pragma_table_info('log') WHERE name = ?`, col.name).Scan(&has); err != nil {
