@@ -8,7 +8,7 @@ BIN     := bin/leaseplane
 # of its count of inputs below.
 FUZZTIME ?=
 
-.PHONY: check check-fmt check-worker test-python deps-python test-js check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
+.PHONY: golden-diff check check-fmt check-worker test-python deps-python test-js check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
         wasm check-wasm test-fresh static test-static release bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
@@ -231,6 +231,13 @@ test-browser:
 		(apt-get update && apt-get install -y jq curl python3 python3-requests)
 	test -d node_modules/playwright-core -a -d node_modules/axe-core || npm ci
 	node --test web/browser/*.test.mjs
+
+# golden-diff prints, for each golden transcript that differs between REV
+# (default HEAD) and the working tree, the steps and the fields that
+# changed (cmd/goldendiff): read it before committing goldens.
+REV ?= HEAD
+golden-diff:
+	@$(GO) run ./cmd/goldendiff -rev $(REV) || test $$? -eq 1
 
 # generate writes templ's *_templ.go and web/corpus (a copy of the scenario
 # corpus that package web embeds); both are committed.
