@@ -292,6 +292,7 @@ check-worker:
 	cache=$$(mktemp -d) && GOCACHE=$$cache $(MAKE) -s -C bin/worker-check/src worker WORKER=$(CURDIR)/bin/worker-check/b; rc=$$?; rm -rf $$cache; exit $$rc
 	@diff -r bin/worker-check/a bin/worker-check/b >/dev/null || { diff -rq bin/worker-check/a bin/worker-check/b; echo "check-worker: two builds of the worker differ: it is not reproducible"; exit 1; }
 	@echo "check-worker: two builds, the second from another path with an empty build cache, are the same bytes ($$(ls bin/worker-check/a | wc -l) files)"
+	@rm -rf bin/worker-check/src
 
 # worker-dev runs the worker in a local workerd (Miniflare) on PORT, with
 # its storage in ./data/worker, makes a workspace and prints its key. A busy
