@@ -8,7 +8,7 @@ BIN     := bin/leaseplane
 # of its count of inputs below.
 FUZZTIME ?=
 
-.PHONY: golden-diff check check-fmt check-worker test-python deps-python test-js check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
+.PHONY: install check-install golden-diff check check-fmt check-worker test-python deps-python test-js check-tree test-long all build run test test-go test-bench-tool test-fuzz parity test-node test-browser deps-node deps-browser \
         wasm check-wasm test-fresh static test-static release bench deps-bench check-imports check-module generate check-generated clean worker worker-dev test-worker bench-worker
 
 all: build
@@ -20,6 +20,18 @@ LDFLAGS := -X main.version=$(VERSION)
 
 build:
 	$(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN) ./cmd/leaseplane
+
+# install puts the binary, version stamped, in $(go env GOPATH)/bin (or
+# GOBIN), so that `leaseplane ...` works as the README types it.
+install:
+	$(GO) install -trimpath -ldflags='$(LDFLAGS)' ./cmd/leaseplane
+	@echo "installed $$(GOBIN=$${GOBIN:-$$($(GO) env GOPATH)/bin}; echo $$GOBIN)/leaseplane ($(VERSION))"
+
+# check-install installs into a temporary GOBIN and checks the stamp.
+check-install:
+	@d=$$(mktemp -d) && GOBIN=$$d $(MAKE) --no-print-directory install >/dev/null && \
+	  $$d/leaseplane --version | grep -q -- '$(VERSION)' || { echo "make install: the installed binary does not say version $(VERSION)"; rm -rf $$d; exit 1; }; \
+	  echo "make install: $$($$d/leaseplane --version | head -1)"; rm -rf $$d
 
 # static is the binary the Dockerfile ships: no cgo, so it runs on an empty
 # base image (SQLite is pure Go). test-static builds and runs it.
@@ -110,7 +122,7 @@ check-wasm:
 # The Node suites run last, so that a passing run ends with node --test's
 # summary (# pass N, # fail 0), which a CI runner recognises; a failing
 # one ends with make's error.
-test: check-tree check-wasm check-worker check-generated check-module test-go test-fuzz parity test-fresh test-static test-node test-python test-js test-browser test-worker
+test: check-tree check-wasm check-worker check-generated check-module check-install test-go test-fuzz parity test-fresh test-static test-node test-python test-js test-browser test-worker
 
 # check is the inner loop: gofmt, vet and every Go test that needs Go and
 # the kernel corpus alone (no apt, no npm; Go modules are fetched), in a

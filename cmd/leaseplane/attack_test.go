@@ -23,7 +23,7 @@ func TestAttacks(t *testing.T) {
 	s := e2eStart(t, "native", data, servertest.NewClock())
 	ws := s.key
 	agent := keysCLI(t, "create", "--data", data, "--workspace", "default", "--agent", didRelease)
-	other := keysCLI(t, "create", "--data", data, "--workspace", "other")
+	other := keysCLI(t, "create", "--data", data, "--workspace", "other", "--new-workspace")
 	lease := s.url + "/api/v1/acp/coordination/lease"
 	release := s.url + "/api/v1/acp/coordination/release"
 	waitURL := s.url + "/api/v1/acp/coordination/wait"

@@ -22,12 +22,13 @@ import (
 // exits with its command's own status once the command has run.
 const (
 	exitOK        = 0
-	exitRefused   = 1 // refused (lease_held, stale_lease, unauthorized, ...) or the plane unreachable
+	exitRefused   = 1 // refused (lease_held, stale_lease, unauthorized, ...)
 	exitUsage     = 2
 	exitDeadlock  = 3 // acquiring would close a wait cycle
 	exitSuspended = 4 // the operator suspended the agent
 	exitTimeout   = 5 // exec --timeout ran out while waiting
 	exitLost      = 6 // exec lost the lease while the command ran; the command was stopped
+	exitNoPlane   = 7 // the plane could not be reached (no answer at all)
 	exitNoStart   = 127
 )
 
@@ -67,7 +68,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 const clientEnvHelp = `
 The plane is LEASEPLANE_URL (default ` + defaultURL + `); the Bearer key is LEASEPLANE_KEY.
-Exit status: 0 granted/ok, 1 refused or plane unreachable, 2 usage, 3 deadlock, 4 suspended.`
+Exit status: 0 granted/ok, 1 refused, 2 usage, 3 deadlock, 4 suspended, 7 the plane could not be reached.`
 
 // parseResourceVerb parses the arguments of a verb that takes one
 // RESOURCE and --as DID, plus the flags that define adds. ok is false when
@@ -117,7 +118,7 @@ func resolveAs(verb, as string, stderr io.Writer) (string, int, bool) {
 	status, body, err := c.Request(ctx, http.MethodGet, server.RouteWhoami, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, unreachable(verb, c.BaseURL(), err))
-		return "", exitRefused, false
+		return "", exitNoPlane, false
 	}
 	var who struct {
 		OK       bool   `json:"ok"`
@@ -246,7 +247,7 @@ func callAndPrintAnswer(verb string, op kernel.Op, body []byte, stdout, stderr i
 	status, answer, err := c.Call(ctx, op, body)
 	if err != nil {
 		fmt.Fprintln(stderr, unreachable(verb, c.BaseURL(), err))
-		return exitRefused, nil
+		return exitNoPlane, nil
 	}
 	return printAnswer(verb, status, answer, stdout, stderr)
 }
@@ -264,7 +265,7 @@ func leaseWaiting(body []byte, wait time.Duration, stdout, stderr io.Writer) (in
 		cancel()
 		if err != nil {
 			fmt.Fprintln(stderr, unreachable("lease", c.BaseURL(), err))
-			return exitRefused, nil
+			return exitNoPlane, nil
 		}
 		// A plane holds one request 30 s at most: ask again while time is left.
 		if a, derr := decodeAnswer(status, answer); derr == nil && a.Reason == kernel.ReasonLeaseHeld && time.Until(deadline) > 0 {
@@ -292,6 +293,18 @@ func printAnswer(verb string, status int, answer []byte, stdout, stderr io.Write
 	return refusalExit(verb, a, stderr), a
 }
 
+// heldBy says what stands in the way of a lease_held answer: the holder,
+// or, when no lease conflicts, the claims of the waiters ahead.
+func heldBy(a *client.Answer) string {
+	if a.Holder != "" {
+		return "held by " + a.Holder
+	}
+	if len(a.Claimants) > 0 {
+		return "not held, but waiters ahead have claims on it (" + strings.Join(a.Claimants, ", ") + ")"
+	}
+	return "waiters ahead have claims on it"
+}
+
 // refusalExit prints a refusal on stderr and maps it to an exit status.
 func refusalExit(verb string, a *client.Answer, stderr io.Writer) int {
 	switch a.Reason {
@@ -306,7 +319,7 @@ func refusalExit(verb string, a *client.Answer, stderr io.Writer) int {
 		if a.Stampede != nil {
 			wait = a.Stampede.WaitMs
 		}
-		fmt.Fprintf(stderr, "leaseplane %s: refused lease_held: held by %s; retry in %d ms\n", verb, a.Holder, wait)
+		fmt.Fprintf(stderr, "leaseplane %s: refused lease_held: %s; retry in %d ms\n", verb, heldBy(a), wait)
 		return exitRefused
 	}
 	fmt.Fprintf(stderr, "leaseplane %s: refused %s\n", verb, a.Refusal())

@@ -72,6 +72,9 @@ With --wait, exit 1 also when a drill failed.`)
 		return exitOK
 	}
 	deadline := time.Now().Add(*timeout)
+	begun, lastSaid := time.Now(), time.Now()
+	reported := 0
+	fmt.Fprintf(stderr, "leaseplane drill: waiting for run %s (the crashed-holder drill alone takes about 30 s: its lease must lapse)\n", asked.ID)
 	for {
 		st, b, err := c.Request(ctx, http.MethodGet, "/api/v1/drills/runs?limit=100", nil)
 		if err != nil || st != 200 {
@@ -84,8 +87,30 @@ With --wait, exit 1 also when a drill failed.`)
 			return exitRefused
 		}
 		for _, r := range v.Runs {
-			if r.ID == asked.ID && r.FinishedAtMs != nil {
+			if r.ID != asked.ID {
+				continue
+			}
+			if r.FinishedAtMs != nil {
 				return printDrillRun(stdout, r)
+			}
+			// Progress on stderr: each drill as it finishes, and a line
+			// every 5 s while one runs (the crashed holder takes 30 s).
+			for ; reported < len(r.Drills); reported++ {
+				d := r.Drills[reported]
+				verdict := "passed"
+				if !d.Passed {
+					verdict = "FAILED"
+				}
+				fmt.Fprintf(stderr, "leaseplane drill: %s %s (%d done)\n", d.Name, verdict, reported+1)
+				lastSaid = time.Now()
+			}
+			if time.Since(lastSaid) >= 5*time.Second {
+				what := "starting"
+				if r.StartedAtMs != nil {
+					what = fmt.Sprintf("%d drills done", len(r.Drills))
+				}
+				fmt.Fprintf(stderr, "leaseplane drill: run %s: %s, %s so far\n", asked.ID, what, time.Since(begun).Round(time.Second))
+				lastSaid = time.Now()
 			}
 		}
 		if time.Now().After(deadline) {

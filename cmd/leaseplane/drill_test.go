@@ -34,6 +34,9 @@ func TestDrillVerb(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "pass  deadlock") || !strings.Contains(out, "passed in") {
 		t.Fatalf("drill --wait on a healthy plane: exit %d\n%s%s", code, out, errOut)
 	}
+	if !strings.Contains(errOut, "leaseplane drill: waiting for run run_1") {
+		t.Errorf("drill --wait said nothing while it waited: stderr %q", errOut)
+	}
 	code, out, _ = cli(t, "drill")
 	if code != 0 || !strings.HasPrefix(out, "drill run run_2 asked") {
 		t.Errorf("drill: exit %d %q", code, out)

@@ -58,12 +58,13 @@ events stream, so a revocation stops CMD at once, not at the next renewal.
 The plane is LEASEPLANE_URL (default ` + defaultURL + `); the Bearer key is LEASEPLANE_KEY.
 
 Exit status before or without CMD's own:
-  1  refused (unauthorized, invalid_request, ...) or the plane unreachable
+  1  refused (unauthorized, invalid_request, ...)
   2  usage
   3  deadlock
   4  suspended
   5  --timeout ran out while waiting
   6  the lease was lost while CMD ran (CMD was stopped)
+  7  the plane could not be reached before CMD started
   127  CMD could not be started
   130/143  interrupted (SIGINT/SIGTERM) while waiting for the lease`
 
@@ -268,7 +269,8 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if childStatus >= 0 {
 		return childStatus
 	}
-	return exitRefused
+	// Neither a refusal nor the command's: no answer came from the plane.
+	return exitNoPlane
 }
 
 type startError struct{ err error }

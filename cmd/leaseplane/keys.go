@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,13 +18,14 @@ import (
 )
 
 const keysUsage = `usage:
-  leaseplane keys create --data DIR --workspace NAME [--agent DID | --operator] [--rules JSON]
+  leaseplane keys create --data DIR --workspace NAME [--agent DID | --operator] [--new-workspace [--rules JSON]] [--init]
   leaseplane keys list   --data DIR [--workspace NAME]
   leaseplane keys revoke --data DIR ID|KEY
 
-create makes the workspace when it does not exist (with --rules, e.g.
-'{"readShared":["file:"]}', else none) and prints the new key as the last
-word on stdout. Keys are stored only as hashes: the key is shown once.
+create prints the new key as the last word on stdout. It refuses a data
+folder that does not exist (--init makes one) and a workspace that does not
+exist (--new-workspace makes it, with --rules, e.g. '{"readShared":["file:"]}',
+else none), so that a typo creates nothing. Keys are stored only as hashes: the key is shown once.
 A workspace key may name any agent of its workspace; an agent key (--agent)
 only that DID; an operator key (--operator) what a workspace key may, and
 POST /api/v1/acp/operator/suspend and /resume.
@@ -41,9 +45,31 @@ func keysFlags(verb string, stderr io.Writer) (*flag.FlagSet, *string) {
 	return fs, data
 }
 
+// haveData reports whether data is a plane's data folder (it holds the
+// command log); when it is not, it says so on stderr, so that a mistyped
+// --data creates nothing.
+func haveData(verb, data string, stderr io.Writer) bool {
+	if _, err := os.Stat(filepath.Join(data, store.FileName)); err != nil {
+		fmt.Fprintf(stderr, "leaseplane %s: %s is not a leaseplane data folder (no %s there); nothing was created.\n"+
+			"  Give the folder leaseplane serve uses (--data), or make a new one with leaseplane serve or keys create --init\n",
+			verb, data, store.FileName)
+		return false
+	}
+	return true
+}
+
 // openStore opens the store in data for the verb; it says on stderr why
-// it could not.
+// it could not. Only a data folder that exists is opened.
 func openStore(verb, data string, stderr io.Writer) (*store.Store, bool) {
+	if !haveData(verb, data, stderr) {
+		return nil, false
+	}
+	return openStoreCreating(verb, data, stderr)
+}
+
+// openStoreCreating opens the store in data, making the folder when it
+// does not exist.
+func openStoreCreating(verb, data string, stderr io.Writer) (*store.Store, bool) {
 	st, err := store.Open(data, store.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane %s: %v\n", verb, err)
@@ -58,6 +84,8 @@ func keysCreate(args []string, stdout, stderr io.Writer) int {
 	agent := fs.String("agent", "", "make an agent key for this DID")
 	operator := fs.Bool("operator", false, "make an operator key")
 	rules := fs.String("rules", "", `rules of a new workspace, e.g. {"readShared":["file:"]}`)
+	newWS := fs.Bool("new-workspace", false, "make the workspace when it does not exist (else that is refused, so a typo makes nothing)")
+	initData := fs.Bool("init", false, "make the data folder (and the workspace) when it does not exist")
 	if _, code, ok := parsePositional(fs, args, 0, "no arguments"); !ok {
 		return code
 	}
@@ -90,11 +118,29 @@ func keysCreate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leaseplane keys create: --workspace: %v\n", err)
 		return 2
 	}
-	st, ok := openStore("keys create", *data, stderr)
+	if *initData {
+		*newWS = true
+	} else if !haveData("keys create", *data, stderr) {
+		return 1
+	}
+	st, ok := openStoreCreating("keys create", *data, stderr)
 	if !ok {
 		return 1
 	}
 	defer st.Close()
+	if _, err := st.WorkspaceByName(*wsName); err != nil && !*newWS {
+		names := []string{}
+		if ws, err := st.Workspaces(); err == nil {
+			for _, w := range ws {
+				if !store.IsDrillWorkspace(w.Name) {
+					names = append(names, w.Name)
+				}
+			}
+		}
+		fmt.Fprintf(stderr, "leaseplane keys create: %s has no workspace %q (it has: %s); nothing was created.\n"+
+			"  Pass --new-workspace to make it\n", *data, *wsName, strings.Join(names, ", "))
+		return 1
+	}
 	now := time.Now().UnixMilli()
 	w, created, err := st.EnsureWorkspace(*wsName, []byte(*rules), now)
 	if err != nil {

@@ -60,6 +60,9 @@ func ledgerKey(args []string, stdout, stderr io.Writer) int {
 	}
 	// No key yet: the workspace must exist; its key is made now, as the
 	// server would on its first load.
+	if !haveData("ledger key", *data, stderr) {
+		return exitRefused
+	}
 	st, err := store.Open(*data, store.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane ledger key: %v\n", err)

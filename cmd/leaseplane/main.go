@@ -92,6 +92,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		return runVersion(nil, stdin, stdout, stderr)
+	}
 	for _, c := range commands {
 		if c.name == args[0] {
 			if asksHelp(c.name, args[1:]) {

@@ -286,7 +286,7 @@ func TestServeKeysAndIsolation(t *testing.T) {
 	eachEngine(t, func(t *testing.T, engine string, s *e2eServer) {
 		data := s.data
 		k1 := s.key
-		k2 := keysCLI(t, "create", "--data", data, "--workspace", "other", "--rules", `{"readShared":["file:"]}`)
+		k2 := keysCLI(t, "create", "--data", data, "--workspace", "other", "--new-workspace", "--rules", `{"readShared":["file:"]}`)
 		expect(t, "ws1 grant", s.lease(k1, "lock:shared-name", didRelease), 200, "")
 		g2 := s.lease(k2, "lock:shared-name", didCost)
 		expect(t, "ws2 grant of the same name", g2, 200, "")

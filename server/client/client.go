@@ -205,8 +205,11 @@ type Answer struct {
 	// acquire granted
 	Lease *Lease `json:"lease,omitempty"`
 	// acquire refused lease_held or deadlock
-	Holder    string    `json:"holder,omitempty"`
-	Holders   []string  `json:"holders,omitempty"`
+	Holder  string   `json:"holder,omitempty"`
+	Holders []string `json:"holders,omitempty"`
+	// Claimants are the waiters whose claims a lease_held yields to when no
+	// live lease conflicts (Holder is then empty).
+	Claimants []string  `json:"claimants,omitempty"`
 	Stampede  *Stampede `json:"stampede,omitempty"`
 	WaitingOn string    `json:"waitingOn,omitempty"`
 	Cycle     []string  `json:"cycle,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,6 +156,7 @@ const unavailableWait = time.Second
 func (h *Holder) Acquire(ctx context.Context) (*Lease, error) {
 	start := h.now()
 	lastHolder := ""
+	loggedClaims := false
 	for {
 		hold := MaxWaitUpTo
 		if h.Timeout > 0 {
@@ -178,8 +180,13 @@ func (h *Holder) Acquire(ctx context.Context) (*Lease, error) {
 			if a.Stampede != nil && a.Stampede.WaitMs > 0 {
 				wait = time.Duration(a.Stampede.WaitMs) * time.Millisecond
 			}
-			if a.Holder != lastHolder {
-				h.logf("%s is held by %s; waiting", h.Req.Resource, a.Holder)
+			if a.Holder != lastHolder || lastHolder == "" && !loggedClaims {
+				if a.Holder != "" {
+					h.logf("%s is held by %s; waiting", h.Req.Resource, a.Holder)
+				} else {
+					h.logf("%s is not held, but waiters ahead have claims on it (%s); waiting", h.Req.Resource, strings.Join(a.Claimants, ", "))
+					loggedClaims = true
+				}
 				lastHolder = a.Holder
 			}
 			if held {

@@ -39,7 +39,7 @@ before(async () => {
     bin = join(dir, 'leaseplane');
     execFileSync('go', ['build', '-o', bin, './cmd/leaseplane'], { stdio: 'inherit' });
   }
-  wsKey = keysCreate();
+  wsKey = keysCreate('--init'); // the data folder is made here, before serve
   agentKey = keysCreate('--agent', didA);
   operatorKey = keysCreate('--operator');
   server = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--data', join(dir, 'data'), '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
