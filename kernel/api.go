@@ -12,6 +12,7 @@ const (
 	OpSuspend Op = "suspend"
 	OpResume  Op = "resume"
 	OpForget  Op = "forget"
+	OpCancel  Op = "cancel" // semantics 3
 )
 
 // Fixed numbers of the semantics (docs/SEMANTICS.md).
@@ -26,11 +27,14 @@ const (
 	MinActorLen    = 5
 	MaxActorLen    = 256
 	MaxLeaseIDLen  = 256
-	ClaimGraceMs   = 1000 // a claim lasts waitMs + ClaimGraceMs after a lease_held answer
+	ClaimGraceMs   = 2000 // a claim lasts waitMs + ClaimGraceMs after a lease_held answer (semantics 3)
+	ClaimGraceMs2  = 1000 // the same under semantics 1 and 2
 	MaxWaitLimit   = 1000 // default and largest page of wait
-	// MaxNowMs is the largest time a command may carry: 2^53 − 1 − 30000, so
-	// every expiry stays an integer that JavaScript holds exactly.
-	MaxNowMs = 1<<53 - 1 - LeaseTTLMs
+	MaxWaitUpToMs  = 30000
+	// MaxNowMs is the largest time a command may carry: 2^53 − 1 − 60000, so
+	// every expiry and every held ask's lapse (untilMs + 30000) stays an
+	// integer that JavaScript holds exactly.
+	MaxNowMs = 1<<53 - 1 - LeaseTTLMs - MaxWaitUpToMs
 	// MaxMembers and MaxDepth bound a request object: members, and nesting
 	// (the request object is depth 1).
 	MaxMembers = 16
@@ -39,6 +43,8 @@ const (
 	DefaultMaxLeases  = 100000
 	DefaultMaxWaiters = 100000
 	DefaultMaxAgents  = 1000000
+	DefaultMaxAsks    = 1000
+	DefaultMaxAsksPer = 16
 	releaseTrust2     = 1   // +0.5, in half points
 	expireTrust2      = -10 // −5, in half points
 )
@@ -52,6 +58,7 @@ const (
 	ReasonStaleLease = "stale_lease"
 	ReasonLimit      = "limit_exceeded"
 	ReasonAgentBusy  = "agent_busy"
+	ReasonCancelled  = "cancelled"
 )
 
 // Command is one decoded request. NowMs is the host's time in Unix
@@ -145,6 +152,10 @@ type Result struct {
 	// Changed reports whether the machine's state changed (the clock
 	// included), so a durable host knows whether to log the command.
 	Changed bool
+	// AskID is the held ask the command made (Answer is then null), and
+	// Answers the held asks that ended during it (semantics 3; Ready).
+	AskID   string
+	Answers []AskAnswer
 }
 
 // Event is one event a command emitted: its type (coordination.lease,
@@ -242,14 +253,16 @@ func (w wrappedFactory) wrapped(e Engine, err error) (Engine, error) {
 
 // Version is the kernel's semantic version; hosts show it beside their
 // build hash.
-const Version = "0.2.0"
+const Version = "0.3.0"
 
 // Semantics is the version of the lease semantics the kernel decides by.
 // A host records it beside every logged command and snapshot, so that a
 // newer kernel knows what an older one decided under (docs/SEMANTICS.md).
 // 1: leaseplane 0.1; 2: claims of admitted waiters, renewals that keep
-// their mode, one fence counter per workspace, forgetting, limits.
-const Semantics = 2
+// their mode, one fence counter per workspace, forgetting, limits; 3: held
+// asks (acquire with waitUpToMs, cancel), back-off by place, a claim grace
+// of 2000 ms.
+const Semantics = 3
 
 // Stats is what a machine holds: live leases, waiters, live resources
 // (those with a lease or a waiter) and agents remembered.

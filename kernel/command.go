@@ -11,7 +11,7 @@ import (
 )
 
 // fieldBits is a set of body fields.
-type fieldBits uint8
+type fieldBits uint16
 
 const (
 	fResource fieldBits = 1 << iota
@@ -22,13 +22,15 @@ const (
 	fPrefix
 	fAfter
 	fLimit
+	fWaitUpTo
+	fAskID
 )
 
 // opFields is the set of body fields op takes; ok is false for an unknown op.
 func opFields(op Op) (f fieldBits, ok bool) {
 	switch op {
 	case OpAcquire:
-		return fResource | fActorDid | fMode | fTTLMs, true
+		return fResource | fActorDid | fMode | fTTLMs | fWaitUpTo, true
 	case OpRelease:
 		return fResource | fActorDid | fLeaseID, true
 	case OpWait:
@@ -37,6 +39,8 @@ func opFields(op Op) (f fieldBits, ok bool) {
 		return 0, true
 	case OpSuspend, OpResume, OpForget:
 		return fActorDid, true
+	case OpCancel:
+		return fAskID, true
 	}
 	return 0, false
 }
@@ -60,11 +64,15 @@ func fieldBit(key string) fieldBits {
 		return fAfter
 	case "limit":
 		return fLimit
+	case "waitUpToMs":
+		return fWaitUpTo
+	case "askId":
+		return fAskID
 	}
 	return 0
 }
 
-const errOp = "op must be one of acquire, release, wait, tick, suspend, resume, forget"
+const errOp = "op must be one of acquire, release, wait, tick, suspend, resume, forget, cancel"
 
 // ParseOp checks an operation name.
 func ParseOp(s string) (Op, error) {
@@ -189,7 +197,14 @@ func setField(c *Command, key string, v jsontext.Value) error {
 		}
 		c.Limit = int(n)
 		return nil
-	case "resource", "actorDid", "mode", "leaseId", "prefix", "after":
+	case "waitUpToMs":
+		n, ok := jsontext.Int(v.Raw)
+		if v.Kind != jsontext.Number || !ok || n < 0 || n > MaxWaitUpToMs {
+			return errWaitUpTo
+		}
+		c.WaitUpToMs, c.HasWaitUpTo = n, true
+		return nil
+	case "resource", "actorDid", "mode", "leaseId", "prefix", "after", "askId":
 		if v.Kind != jsontext.String {
 			return errors.New(key + " must be a string, not " + v.Kind.String())
 		}
@@ -211,8 +226,29 @@ func setField(c *Command, key string, v jsontext.Value) error {
 		c.Prefix = v.Str
 	case "after":
 		c.After = v.Str
+	case "askId":
+		c.AskID, c.HasAskID = v.Str, true
 	}
 	return nil
+}
+
+var (
+	errWaitUpTo = errors.New("waitUpToMs must be an integer from 0 to " + strconv.Itoa(MaxWaitUpToMs))
+	errAskID    = errors.New("askId must be ask_ followed by a decimal number without leading zeros")
+)
+
+// validAskID reports whether s is ask_ and a decimal without leading zeros.
+func validAskID(s string) bool {
+	d, ok := strings.CutPrefix(s, "ask_")
+	if !ok || d == "" || len(d) > 19 || (d[0] == '0' && len(d) > 1) {
+		return false
+	}
+	for i := 0; i < len(d); i++ {
+		if d[i] < '0' || d[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks the command's fields for its op; the error names the field.
@@ -240,16 +276,23 @@ func (c Command) Validate() error {
 			return errors.New("mode must be read, write or delete")
 		}
 	}
+	if c.Op == OpAcquire && (c.WaitUpToMs < 0 || c.WaitUpToMs > MaxWaitUpToMs) {
+		return errWaitUpTo
+	}
+	if c.Op == OpCancel && c.HasAskID && !validAskID(c.AskID) {
+		return errAskID
+	}
 	if c.HasLeaseID && (c.LeaseID == "" || len(c.LeaseID) > MaxLeaseIDLen) {
 		return errors.New("leaseId must be 1-256 bytes when given")
 	}
 	if c.Op == OpWait {
 		for _, f := range [...]struct{ name, v string }{{"prefix", c.Prefix}, {"after", c.After}} {
-			if len(f.v) > MaxResourceLen {
-				return errors.New(f.name + " must be at most 256 bytes")
+			if f.v == "" {
+				continue // no prefix, no start
 			}
-			if err := checkText(f.name, f.v, false); err != nil {
-				return err
+			// Checked like resource names.
+			if err := validResource(f.v); err != nil {
+				return errors.New(f.name + strings.TrimPrefix(err.Error(), "resource"))
 			}
 		}
 		if c.Limit < 0 || c.Limit > MaxWaitLimit {
@@ -379,7 +422,7 @@ func nullOr(raw []byte, want jsontext.Kind, msg string) (null bool, err error) {
 }
 
 func parseLimits(raw []byte, l *Limits) error {
-	if null, err := nullOr(raw, jsontext.Object, "limits must be an object with leases, waiters and agents"); null || err != nil {
+	if null, err := nullOr(raw, jsontext.Object, "limits must be an object with leases, waiters, agents, asks and asksPerAgent"); null || err != nil {
 		return err
 	}
 	return jsontext.ReadObject(raw, jsontext.Options{}, func(name []byte, v jsontext.Value) error {
@@ -392,8 +435,12 @@ func parseLimits(raw []byte, l *Limits) error {
 			p = &l.Waiters
 		case "agents":
 			p = &l.Agents
+		case "asks":
+			p = &l.Asks
+		case "asksPerAgent":
+			p = &l.AsksPerAgent
 		default:
-			return errors.New("unknown field " + jsontext.QuoteField(key) + " in limits (they are leases, waiters and agents)")
+			return errors.New("unknown field " + jsontext.QuoteField(key) + " in limits (they are leases, waiters, agents, asks and asksPerAgent)")
 		}
 		n, ok := jsontext.Int(v.Raw)
 		if !ok || n < 1 {
@@ -412,13 +459,15 @@ type Rules struct {
 	Limits Limits
 }
 
-// Limits bound a workspace: live leases, waiters and agents remembered.
+// Limits bound a workspace: live leases, waiters, agents remembered, held
+// asks, and held asks of one agent.
 type Limits struct {
-	Leases, Waiters, Agents int64
+	Leases, Waiters, Agents, Asks, AsksPerAgent int64
 }
 
 // DefaultLimits are the limits of rules that name none.
-var DefaultLimits = Limits{Leases: DefaultMaxLeases, Waiters: DefaultMaxWaiters, Agents: DefaultMaxAgents}
+var DefaultLimits = Limits{Leases: DefaultMaxLeases, Waiters: DefaultMaxWaiters, Agents: DefaultMaxAgents,
+	Asks: DefaultMaxAsks, AsksPerAgent: DefaultMaxAsksPer}
 
 // withDefaults fills the zero limits with the defaults.
 func (l Limits) withDefaults() Limits {
@@ -430,6 +479,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Agents <= 0 {
 		l.Agents = DefaultMaxAgents
+	}
+	if l.Asks <= 0 {
+		l.Asks = DefaultMaxAsks
+	}
+	if l.AsksPerAgent <= 0 {
+		l.AsksPerAgent = DefaultMaxAsksPer
 	}
 	return l
 }
@@ -449,6 +504,10 @@ func (r Rules) AppendJSON(b []byte) []byte {
 	b = jsontext.AppendInt(b, l.Waiters)
 	b = append(b, `,"agents":`...)
 	b = jsontext.AppendInt(b, l.Agents)
+	b = append(b, `,"asks":`...)
+	b = jsontext.AppendInt(b, l.Asks)
+	b = append(b, `,"asksPerAgent":`...)
+	b = jsontext.AppendInt(b, l.AsksPerAgent)
 	return append(b, "}}"...)
 }
 

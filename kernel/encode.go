@@ -414,6 +414,9 @@ func appendWaiter(b []byte, w *waiter, admitted bool) []byte {
 	if admitted {
 		b = intMember(b, `,"claimUntilMs":`, w.claimUntil())
 	}
+	if w.ask != nil {
+		b = intMember(b, `,"heldUntilMs":`, w.ask.until)
+	}
 	b = intMember(b, `,"sinceMs":`, w.since)
 	b = intMember(b, `,"lapsesAtMs":`, w.at)
 	return append(b, '}')
@@ -433,6 +436,13 @@ func appendWaiterState(b []byte, w *waiter) []byte {
 	b = intMember(b, `,"heldAtMs":`, w.heldAt)
 	b = intMember(b, `,"waitMs":`, w.waitMs)
 	b = intMember(b, `,"seq":`, int64(w.seq))
+	b = intMember(b, `,"claimUntilMs":`, w.claimEnd)
+	if w.ask != nil {
+		b = append(b, `,"ask":{"id":"`...)
+		b = append(b, w.ask.id...)
+		b = intMember(b, `","untilMs":`, w.ask.until)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -452,6 +462,7 @@ func (m *Machine) Snapshot() []byte {
 	b = intMember(b, `,"nowMs":`, m.now)
 	b = intMember(b, `,"seq":`, int64(m.seq))
 	b = intMember(b, `,"fence":`, m.fence)
+	b = intMember(b, `,"askCounter":`, int64(m.askSeq))
 	b = append(b, `,"trust":`...)
 	b = m.appendTrust(b)
 	b = append(b, `,"suspended":[`...)
@@ -484,4 +495,20 @@ func (m *Machine) Snapshot() []byte {
 	b = append(b, `],"deadlocks":`...)
 	b = appendList(b, m.deadlocks, func(b []byte, _ int, d deadlockPair) []byte { return appendDeadlock(b, d) })
 	return append(b, '}')
+}
+
+// cancelledResult ends k because its asker released the resource or asked
+// for it again.
+func (m *Machine) cancelledResult(k *ask) Result {
+	b := append(m.ans[:0], `{"ok":false,"reason":"cancelled","askId":"`...)
+	b = append(b, k.id...)
+	b = stringMember(b, `","error":`, "the held request "+k.id+" on "+k.res.name+" was cancelled: its asker released the resource or asked for it again")
+	return Result{Status: 409, Answer: append(b, '}')}
+}
+
+// cancelledAnswer answers cancel, which ended the asks ids.
+func (m *Machine) cancelledAnswer(ids []string) Result {
+	b := append(m.ans[:0], `{"ok":true,"cancelled":`...)
+	b = jsontext.AppendStrings(b, ids)
+	return Result{Status: 200, Answer: append(b, '}')}
 }

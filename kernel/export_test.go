@@ -1,12 +1,16 @@
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // CheckInvariants checks the machine's internal consistency: the
 // invariants every command must keep. Tests call it after each command.
 func (m *Machine) CheckInvariants() error {
 	seenTimers := 0
-	nleases, nwaiters := 0, 0
+	nleases, nwaiters, nasks := 0, 0, 0
+	agentAsks := map[*agent]int{}
 	fences := map[int64]bool{}
 	if m.index.len() != len(m.resources) {
 		return fmt.Errorf("index holds %d names, map %d", m.index.len(), len(m.resources))
@@ -84,7 +88,19 @@ func (m *Machine) CheckInvariants() error {
 				return fmt.Errorf("%s: %s waits twice", name, w.owner.did)
 			}
 			waiters[w.owner] = true
-			if w.at != w.lastAsk+WaiterTTLMs || w.at <= m.now {
+			lapse := w.lastAsk + WaiterTTLMs
+			if w.ask != nil {
+				lapse = w.ask.until + WaiterTTLMs
+				k := w.ask
+				if k.ended || m.asks[k.id] != k || k.waiter != w || k.until <= m.now || w.claimEnd != k.until ||
+					k.idx < 0 || k.idx >= len(m.timers) || m.timers[k.idx] != &k.timer || !slices.Contains(res.asks, k) {
+					return fmt.Errorf("%s: held ask %s of %s inconsistent", name, k.id, w.owner.did)
+				}
+				seenTimers++
+				nasks++
+				agentAsks[w.owner]++
+			}
+			if w.at != lapse || w.at <= m.now {
 				return fmt.Errorf("%s: waiter %s should have lapsed (at %d, now %d)", name, w.owner.did, w.at, m.now)
 			}
 			a := m.agents[w.owner.did]
@@ -103,7 +119,7 @@ func (m *Machine) CheckInvariants() error {
 			}
 			seenTimers++
 			inHeap := w.claim.idx >= 0
-			if inHeap != (w.claimUntil() > m.now) {
+			if inHeap != (w.claimUntil() > m.now && w.ask == nil) {
 				return fmt.Errorf("%s: claim timer of %s in heap %v, claim ends %d, now %d", name, w.owner.did, inHeap, w.claimUntil(), m.now)
 			}
 			if inHeap {
@@ -112,6 +128,24 @@ func (m *Machine) CheckInvariants() error {
 				}
 				seenTimers++
 			}
+		}
+	}
+	if nasks != len(m.asks) {
+		return fmt.Errorf("%d held asks on waiters, %d in the machine", nasks, len(m.asks))
+	}
+	for _, a := range m.agents {
+		if a.nasks != agentAsks[a] {
+			return fmt.Errorf("%s: counts %d asks, holds %d", a.did, a.nasks, agentAsks[a])
+		}
+	}
+	for name, res := range m.resources {
+		for i, k := range res.asks {
+			if k.waiter.res != res || (i > 0 && res.asks[i-1].waiter.seq >= k.waiter.seq) {
+				return fmt.Errorf("%s: asks out of queue order", name)
+			}
+		}
+		if res.dirty {
+			return fmt.Errorf("%s: left dirty", name)
 		}
 	}
 	if nleases != m.nleases || nwaiters != m.nwaiters {

@@ -52,7 +52,7 @@ func TestWithFence(t *testing.T) {
 		eng.Close()
 		m.Close()
 	}
-	for _, bad := range []string{`{"v":2}`, `not json`, `{"v":2,"fence":"7"}`} {
+	for _, bad := range []string{`{"v":3}`, `not json`, `{"v":3,"fence":"7"}`} {
 		if _, err := kernel.WithFence([]byte(bad), 9); err == nil {
 			t.Errorf("WithFence(%s) raised a snapshot that does not restore", bad)
 		}

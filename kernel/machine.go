@@ -49,6 +49,17 @@ type Machine struct {
 	// upgraded is set once the machine decided by semantics 1: live leases
 	// of that time may share fences across resources.
 	upgraded bool
+	// Held asks (semantics 3, held.go): by id, their count, the counter
+	// their ids come from; the resources whose asks are to be decided
+	// again at the end of the change (dirty), and the answers of the asks
+	// that ended during the command being applied.
+	asks     map[string]*ask
+	askSeq   uint64
+	inPass   bool
+	dirty    []*resource
+	askBytes []byte
+	askMarks []askMark
+	askMade  string
 }
 
 type resource struct {
@@ -57,6 +68,8 @@ type resource struct {
 	shared   bool
 	leases   []*lease  // live leases in grant (fence) order
 	waiters  []*waiter // queue order
+	asks     []*ask    // held asks, in queue order
+	dirty    bool      // in Machine.dirty
 }
 
 type lease struct {
@@ -78,10 +91,15 @@ type waiter struct {
 	lastAsk int64
 	heldAt  int64 // time of the last lease_held answer on this resource
 	waitMs  int64 // its stampede.waitMs
+	// claimEnd is when its claim ends (if it is admitted): heldAt + waitMs
+	// + the claim grace, the ask's untilMs while one is held, the moment
+	// of a cancel.
+	claimEnd int64
+	ask      *ask // its held ask on this resource, if any
 }
 
 // claimUntil is when the waiter's claim ends (if it is admitted).
-func (w *waiter) claimUntil() int64 { return w.heldAt + w.waitMs + ClaimGraceMs }
+func (w *waiter) claimUntil() int64 { return w.claimEnd }
 
 type agent struct {
 	did       string
@@ -91,6 +109,7 @@ type agent struct {
 	leases    []*lease  // live leases, in grant order
 	waits     []*waiter // by resource name
 	mark      uint64    // == Machine.epoch when the cycle search has seen it
+	nasks     int       // its held asks
 }
 
 func (a *agent) idle() bool {
@@ -121,6 +140,7 @@ func New(rules Rules) *Machine {
 		rules:     rules,
 		resources: map[string]*resource{},
 		agents:    map[string]*agent{},
+		asks:      map[string]*ask{},
 		sem:       Semantics,
 	}
 }
@@ -140,11 +160,11 @@ func (m *Machine) SetSemantics(v int) error {
 	switch {
 	case v == m.sem:
 		return nil
-	case v == Semantics:
+	case v >= 2 && v <= Semantics && (v >= 3 || len(m.asks) == 0):
 		m.upgraded = m.upgraded || m.sem == 1
 		m.sem, m.fences1 = v, nil
 		return nil
-	case v == 1 && (m.fences1 != nil || m.fence == 0):
+	case v == 1 && len(m.asks) == 0 && (m.fences1 != nil || m.fence == 0):
 		m.sem = 1
 		if m.fences1 == nil {
 			m.fences1 = map[string]int64{}
@@ -152,7 +172,7 @@ func (m *Machine) SetSemantics(v int) error {
 		return nil
 	}
 	return errors.New("kernel: cannot decide by semantics " + strconv.Itoa(v) + " from semantics " + strconv.Itoa(m.sem) +
-		" (semantics 1 only after a version 1 snapshot or on an empty machine)")
+		" (known: 1 to " + strconv.Itoa(Semantics) + "; semantics 1 only after a version 1 snapshot or on an empty machine; below 3 only without held asks)")
 }
 
 // Rules returns the machine's rules.
@@ -167,7 +187,8 @@ func (m *Machine) Stats() Stats {
 }
 
 // NextAlarm is when the host should send a tick: the earliest lease
-// expiry, waiter lapse or claim end. ok is false when nothing is due ever.
+// expiry, waiter lapse, claim end or held ask's untilMs. ok is false when
+// nothing is due ever.
 func (m *Machine) NextAlarm() (ms int64, ok bool) {
 	if len(m.timers) == 0 {
 		return 0, false
@@ -182,7 +203,16 @@ func (m *Machine) ApplyJSON(op Op, nowMs int64, body []byte) Result {
 	if err != nil {
 		return invalidResult(err.Error())
 	}
-	return m.apply(c)
+	return nullAnswer(m.apply(c))
+}
+
+// nullAnswer gives a held step's Result the answer null, as transcripts
+// show it.
+func nullAnswer(r Result) Result {
+	if r.Answer == nil {
+		r.Answer = []byte("null")
+	}
+	return r
 }
 
 // StepJSON decodes and applies one scenario step.
@@ -191,7 +221,7 @@ func (m *Machine) StepJSON(step []byte) Result {
 	if err != nil {
 		return invalidResult(err.Error())
 	}
-	return m.apply(c)
+	return nullAnswer(m.apply(c))
 }
 
 // Step applies one command that a host decoded at its edge and returns
@@ -216,7 +246,7 @@ func (m *Machine) Step(c Command) Ready {
 // ready is the Ready of the command that gave r.
 func (m *Machine) ready(r Result) Ready {
 	rd := Ready{Status: r.Status, RetryAfterSec: r.RetryAfterSec, Answer: r.Answer, Events: r.Events,
-		Log: m.logged, Changed: r.Changed}
+		Log: m.logged, Changed: r.Changed, AskID: r.AskID, Answers: r.Answers}
 	rd.NextAlarm, rd.AlarmOK = m.NextAlarm()
 	if m.logged {
 		m.sinceSnap++
@@ -231,18 +261,27 @@ func (m *Machine) Apply(c Command) Result {
 	if err := c.Validate(); err != nil {
 		return invalidResult(err.Error())
 	}
-	return m.apply(c)
+	return nullAnswer(m.apply(c))
 }
 
 // apply applies a command that has been validated.
 func (m *Machine) apply(c Command) Result {
+	m.logged = false
+	if m.sem < 3 && (c.Op == OpCancel || c.HasWaitUpTo) {
+		what := "waitUpToMs"
+		if c.Op == OpCancel {
+			what = "cancel"
+		}
+		return invalidResult(what + " needs semantics 3; this command runs under semantics " + strconv.Itoa(m.sem))
+	}
 	m.changed, m.clock, m.pruned = false, false, false
 	m.events, m.marks = m.events[:0], m.marks[:0]
-	if c.NowMs > m.now {
-		m.now = c.NowMs
+	m.askBytes, m.askMarks, m.askMade = m.askBytes[:0], m.askMarks[:0], ""
+	target := max(m.now, c.NowMs)
+	if target > m.now {
 		m.clock = true
 	}
-	m.lapse()
+	m.lapse(target)
 	m.forgetIdle() // what lapsed may leave idle, before the command reads the state
 	var r Result
 	switch c.Op {
@@ -260,15 +299,35 @@ func (m *Machine) apply(c Command) Result {
 		r = m.resume(c.ActorDid)
 	case OpForget:
 		r = m.forget(c.ActorDid)
+	case OpCancel:
+		r = m.cancel(c)
+	}
+	if len(m.dirty) > 0 {
+		// The passes write their answers in the scratch buffer too.
+		r.Answer = append([]byte(nil), r.Answer...)
+		m.runPasses()
 	}
 	m.forgetIdle()
-	// Answer and events share one allocation; the scratch buffers stay.
-	la := len(r.Answer)
-	out := make([]byte, la+len(m.events))
+	// Answer, events and the asks' answers share one allocation; the
+	// scratch buffers stay.
+	la, le := len(r.Answer), len(m.events)
+	out := make([]byte, la+le+len(m.askBytes))
 	copy(out, r.Answer)
 	copy(out[la:], m.events)
+	copy(out[la+le:], m.askBytes)
+	held := r.Answer == nil
 	m.ans = r.Answer[:0]
 	r.Answer = out[:la:la]
+	if held {
+		r.Answer, r.AskID = nil, m.askMade
+	}
+	if len(m.askMarks) > 0 {
+		r.Answers = make([]AskAnswer, len(m.askMarks))
+		for i, k := range m.askMarks {
+			r.Answers[i] = AskAnswer{AskID: k.id, Status: k.status, RetryAfterSec: k.retry,
+				Answer: out[la+le+k.start : la+le+k.end : la+le+k.end]}
+		}
+	}
 	if len(m.marks) > 0 {
 		r.Events = make([]Event, len(m.marks))
 		for i, mk := range m.marks {
@@ -314,24 +373,45 @@ func (m *Machine) mayBeIdle(res *resource, a *agent) {
 	}
 }
 
-// lapse takes back every lease and waiter due at m.now, passes the claims
-// that end by then, and forgets deadlock pairs older than DeadlockKeepMs.
-func (m *Machine) lapse() {
-	for len(m.timers) > 0 && m.timers[0].at <= m.now {
-		t := m.timers.pop()
-		switch {
-		case t.lease != nil:
-			m.changed = true
-			l := t.lease
-			m.removeLease(l)
-			l.owner.trust2 += expireTrust2
-			m.event("coordination.expire", l.at, l.owner, l, expireTrust2)
-		case t.kind == timerLapse:
-			m.dropWaiter(t.res, t.waiter)
-		default:
-			// A claim ends: nothing to change, its waiter's timer is gone.
+// lapse takes back everything due by target, instant by instant in time
+// order, each instant at its own time (m.now is that instant meanwhile):
+// first the expiries, waiter lapses and claim ends due then, then the
+// held asks of each resource they changed decided again, in name order,
+// then the held asks whose untilMs it is. So a verdict never depends on
+// whether the host's alarm fired on time. Then it forgets the deadlock
+// pairs older than DeadlockKeepMs, and m.now is target.
+func (m *Machine) lapse(target int64) {
+	for len(m.timers) > 0 && m.timers[0].at <= target {
+		at := m.timers[0].at
+		m.now = max(m.now, at)
+		for len(m.timers) > 0 && m.timers[0].at == at && m.timers[0].kind != timerAsk {
+			t := m.timers.pop()
+			switch {
+			case t.lease != nil:
+				m.changed = true
+				l := t.lease
+				m.removeLease(l)
+				l.owner.trust2 += expireTrust2
+				m.event("coordination.expire", l.at, l.owner, l, expireTrust2)
+				m.markDirty(l.res)
+			case t.kind == timerLapse:
+				m.dropWaiter(t.res, t.waiter)
+			default:
+				// A claim's window closes: the asks there are decided again
+				// when the waiter had the claim (it is admitted).
+				if m.admitted(t.res, t.waiter) {
+					m.markDirty(t.res)
+				}
+			}
+		}
+		m.runPasses()
+		for len(m.timers) > 0 && m.timers[0].at == at && m.timers[0].kind == timerAsk {
+			t := m.timers.pop()
+			m.finalAsk(t.waiter.ask)
+			m.runPasses()
 		}
 	}
+	m.now = target
 	keep := m.deadlocks[:0]
 	for _, d := range m.deadlocks {
 		if d.at+DeadlockKeepMs > m.now {
@@ -398,9 +478,11 @@ func (res *resource) conflicts(asked, held string) bool {
 // admitted (among the first MaxAdmitted of the queue) and its back-off
 // window is not over. Suspended agents wait on nothing, so have none.
 func (m *Machine) hasClaim(res *resource, w *waiter) bool {
-	if m.now >= w.claimUntil() {
-		return false
-	}
+	return m.now < w.claimUntil() && m.admitted(res, w)
+}
+
+// admitted reports whether w is among the first MaxAdmitted of res's queue.
+func (m *Machine) admitted(res *resource, w *waiter) bool {
 	for i, q := range res.waiters {
 		if i == MaxAdmitted {
 			break
@@ -416,8 +498,10 @@ func (m *Machine) hasClaim(res *resource, w *waiter) bool {
 // (a may be nil: an agent not yet known): the other agents whose live
 // leases there conflict with mode, in grant order, then, when a holds no
 // lease there and has no claim there, the other claimants whose claim
-// conflicts with mode, in queue order. f returns false to stop.
-func (m *Machine) blockers(res *resource, a *agent, mode string, f func(b *agent, l *lease) bool) {
+// conflicts with mode, in queue order. With leasesOnly (an asker whose
+// acquire is held there: the claims it yields to are no wait edges of it)
+// only the leases. f returns false to stop.
+func (m *Machine) blockers(res *resource, a *agent, mode string, leasesOnly bool, f func(b *agent, l *lease) bool) {
 	holds := false
 	for _, l := range res.leases {
 		if l.owner == a {
@@ -428,7 +512,7 @@ func (m *Machine) blockers(res *resource, a *agent, mode string, f func(b *agent
 			return
 		}
 	}
-	if holds || m.sem < 2 {
+	if holds || m.sem < 2 || leasesOnly {
 		return
 	}
 	var mine *waiter
@@ -488,13 +572,52 @@ func (m *Machine) acquire(c Command) Result {
 		return suspendedResult(c.ActorDid)
 	}
 	res := m.resources[c.Resource]
+	if res != nil && a != nil {
+		// At most one held ask per agent and resource: a new acquire there
+		// first ends the old one, cancelled (its asker stays a waiter).
+		if w := res.waiterOf(a); w != nil && w.ask != nil {
+			m.endAsk(w.ask, m.cancelledResult(w.ask), true)
+		}
+	}
+	how := asking{hold: c.WaitUpToMs > 0, until: m.now + c.WaitUpToMs}
+	how.askRules = how.hold
+	r, _ := m.decide(a, c.ActorDid, res, c.Resource, c.Mode, how)
+	return r
+}
+
+// asking is how decide treats a request. askRules: the request is (or
+// would be) a held ask: it yields to the conflicting claims of the
+// admitted waiters ahead of it in the queue, and the claims it yields to
+// are no wait edges of it. hold: a lease_held verdict becomes a held ask
+// until until. inPass: an ask decided again; a lease_held verdict changes
+// nothing.
+type asking struct {
+	askRules, hold, inPass bool
+	until                  int64
+}
+
+// verdict is the kind of answer decide gave.
+type verdict uint8
+
+const (
+	vGrant    verdict = iota // a new lease
+	vRenew                   // a renewal
+	vHeld                    // lease_held (answered, or the ask stays held)
+	vAsk                     // a new held ask (no answer yet)
+	vDeadlock                // deadlock
+	vLimit                   // limit_exceeded
+)
+
+// decide is rules 3-6 and the limits for did (a when known) asking
+// askedMode on the resource name (res when live).
+func (m *Machine) decide(a *agent, did string, res *resource, name, askedMode string, how asking) (Result, verdict) {
 	var own *lease
 	var mine *waiter
 	if res != nil {
 		own = res.leaseOf(a)
 		mine = res.waiterOf(a)
 	}
-	mode := c.Mode
+	mode := askedMode
 	if mode == "" {
 		mode = "write"
 		if own != nil && m.sem >= 2 {
@@ -513,6 +636,9 @@ func (m *Machine) acquire(c Command) Result {
 	if nconf == 0 && own != nil {
 		// Rule 3: renewal.
 		m.changed = true
+		if own.mode != mode {
+			m.markDirty(res) // a lease there changes mode
+		}
 		own.mode = mode
 		own.at = m.now + LeaseTTLMs
 		m.timers.fix(&own.timer)
@@ -520,31 +646,43 @@ func (m *Machine) acquire(c Command) Result {
 		if mine != nil {
 			m.dropWaiter(res, mine)
 		}
-		return m.leaseAnswer(own)
+		return m.leaseAnswer(own), vRenew
 	}
-	// The claims that stand in the asker's way, when it has none itself.
-	myClaim := mine != nil && m.hasClaim(res, mine)
+	// The claims that stand in the asker's way.
 	var claimants []*waiter
-	if res != nil && nconf == 0 && !myClaim && m.sem >= 2 {
-		for i, w := range res.waiters {
-			if i == MaxAdmitted {
-				break
+	if res != nil && nconf == 0 && m.sem >= 2 {
+		if how.askRules {
+			// Those of the admitted waiters ahead of it.
+			for i, w := range res.waiters {
+				if i == MaxAdmitted || w == mine {
+					break
+				}
+				if w.owner != a && m.now < w.claimUntil() && res.conflicts(mode, w.mode) {
+					claimants = append(claimants, w)
+				}
 			}
-			if w.owner != a && m.now < w.claimUntil() && res.conflicts(mode, w.mode) {
-				claimants = append(claimants, w)
+		} else if mine == nil || !m.hasClaim(res, mine) {
+			// Every other admitted claim, when it has none itself.
+			for i, w := range res.waiters {
+				if i == MaxAdmitted {
+					break
+				}
+				if w.owner != a && m.now < w.claimUntil() && res.conflicts(mode, w.mode) {
+					claimants = append(claimants, w)
+				}
 			}
 		}
 	}
 	if nconf == 0 && len(claimants) == 0 {
 		// Rule 4: grant.
 		if r, over := m.overLimit(1, 0, a == nil); over && m.sem >= 2 {
-			return r
+			return r, vLimit
 		}
 		if a == nil {
-			a = m.addAgent(c.ActorDid)
+			a = m.addAgent(did)
 		}
 		if res == nil {
-			res = m.addResource(c.Resource)
+			res = m.addResource(name)
 		}
 		m.changed = true
 		fence := m.nextFence(res.name)
@@ -555,27 +693,44 @@ func (m *Machine) acquire(c Command) Result {
 		m.nleases++
 		m.timers.push(&own.timer)
 		m.event("coordination.lease", m.now, a, own, 0)
+		if !m.inPass {
+			// A new holder may close a cycle through the asks held there,
+			// before any pass the grantee's ended claim starts.
+			m.checkAsks(res, res.asks)
+		}
 		if mine != nil {
 			m.dropWaiter(res, mine)
 		}
-		return m.leaseAnswer(own)
+		return m.leaseAnswer(own), vGrant
 	}
 	// Rule 5: deadlock.
 	if a != nil {
-		if cycle := m.findCycle(res, a, mode); cycle != nil {
+		if cycle := m.findCycle(res, a, mode, how.askRules); cycle != nil {
 			if mine != nil && m.sem >= 2 {
 				m.touchWaiter(mine) // a refused retry is a request: the lapse restarts
 			}
-			return m.deadlock(c.ActorDid, res.name, cycle)
+			return m.deadlock(did, res.name, cycle), vDeadlock
 		}
 	}
-	// Rule 6: lease_held; the asker becomes or stays a waiter.
+	// Rule 6: lease_held.
+	h := held{res: res, holders: holders, claimants: claimants}
+	if how.inPass {
+		return Result{}, vHeld // the ask stays held; nothing about it changes
+	}
 	if mine == nil {
 		if r, over := m.overLimit(0, 1, a == nil); over && m.sem >= 2 {
-			return r
+			return r, vLimit
 		}
+	}
+	if how.hold {
+		if r, over := m.overAskLimit(a); over {
+			return r, vLimit
+		}
+	}
+	if mine == nil {
+		// The asker becomes a waiter.
 		if a == nil {
-			a = m.addAgent(c.ActorDid)
+			a = m.addAgent(did)
 		}
 		m.seq++
 		mine = &waiter{owner: a, mode: mode, since: m.now, seq: m.seq}
@@ -587,18 +742,46 @@ func (m *Machine) acquire(c Command) Result {
 		a.waits = slices.Insert(a.waits, i, mine)
 	}
 	m.changed = true
-	waitMs := BackoffMs(len(res.waiters))
 	mine.mode = mode
-	mine.heldAt, mine.waitMs = m.now, waitMs
-	m.touchWaiter(mine)
-	if mine.claim.idx < 0 {
-		mine.claim.at = mine.claimUntil()
-		m.timers.push(&mine.claim)
-	} else {
-		mine.claim.at = mine.claimUntil()
-		m.timers.fix(&mine.claim)
+	if how.hold {
+		m.holdAsk(mine, how.until)
+		return Result{}, vAsk
 	}
-	return m.heldResult(held{res: res, holders: holders, claimants: claimants, waitMs: waitMs})
+	h.waitMs = m.heldMoment(mine)
+	return m.heldResult(h), vHeld
+}
+
+// heldMoment makes now a lease_held answer to w: its lapse restarts and
+// its claim window runs from now with the back-off of its place. It
+// returns that back-off.
+func (m *Machine) heldMoment(w *waiter) int64 {
+	n := len(w.res.waiters) // semantics 2: the number of waiters
+	if m.sem >= 3 {
+		n = slices.Index(w.res.waiters, w) + 1 // its place
+	}
+	waitMs := BackoffMs(n)
+	w.heldAt, w.waitMs = m.now, waitMs
+	m.touchWaiter(w)
+	grace := int64(ClaimGraceMs)
+	if m.sem < 3 {
+		grace = ClaimGraceMs2
+	}
+	m.setClaim(w, m.now+waitMs+grace)
+	return waitMs
+}
+
+// setClaim makes w's claim end at end, with its alarm when that is ahead.
+func (m *Machine) setClaim(w *waiter, end int64) {
+	w.claimEnd = end
+	w.claim.at = end
+	switch {
+	case end <= m.now || w.ask != nil:
+		m.timers.remove(&w.claim) // a held ask's claim ends with the ask
+	case w.claim.idx < 0:
+		m.timers.push(&w.claim)
+	default:
+		m.timers.fix(&w.claim)
+	}
 }
 
 // nextFence is the fence of a new grant on name: the workspace's next one,
@@ -672,7 +855,7 @@ func BackoffMs(n int) int64 {
 // claimants by queue), an agent's waits by resource name, each agent
 // expanded once: the loop found is a shortest one, the same on every host,
 // and the cost grows with the edges reachable.
-func (m *Machine) findCycle(res *resource, actor *agent, mode string) []string {
+func (m *Machine) findCycle(res *resource, actor *agent, mode string, held bool) []string {
 	type frame struct {
 		agent  *agent
 		parent int // index of the frame that led here, -1 for roots
@@ -681,7 +864,7 @@ func (m *Machine) findCycle(res *resource, actor *agent, mode string) []string {
 	m.epoch++
 	actor.mark = m.epoch
 	var frames []frame
-	m.blockers(res, actor, mode, func(b *agent, _ *lease) bool {
+	m.blockers(res, actor, mode, held, func(b *agent, _ *lease) bool {
 		if b.mark != m.epoch {
 			b.mark = m.epoch
 			frames = append(frames, frame{agent: b, parent: -1})
@@ -699,7 +882,7 @@ func (m *Machine) findCycle(res *resource, actor *agent, mode string) []string {
 		for _, w := range waits {
 			wres := w.res
 			found := false
-			m.blockers(wres, a, w.mode, func(b *agent, _ *lease) bool {
+			m.blockers(wres, a, w.mode, w.ask != nil, func(b *agent, _ *lease) bool {
 				if b == actor {
 					found = true
 					return false
@@ -740,8 +923,17 @@ func (m *Machine) deadlock(actor, resName string, cycle []string) Result {
 	return m.deadlockResult(resName, cycle)
 }
 
+// dropWaiter takes w off its queue. A held ask of w's must have been
+// answered already, unless the caller answers it (a pass's grant); a claim
+// that ends so starts a pass there.
 func (m *Machine) dropWaiter(res *resource, w *waiter) {
 	m.changed = true
+	if w.ask != nil {
+		m.detachAsk(w.ask)
+	}
+	if m.hasClaim(res, w) {
+		m.markDirty(res)
+	}
 	if i := slices.Index(res.waiters, w); i >= 0 {
 		res.waiters = slices.Delete(res.waiters, i, i+1)
 		m.nwaiters--
@@ -785,9 +977,13 @@ func (m *Machine) release(c Command) Result {
 		m.removeLease(own)
 		a.trust2 += releaseTrust2
 		m.event("coordination.release", m.now, a, own, releaseTrust2)
+		m.markDirty(res)
 	}
 	if res != nil {
 		if w := res.waiterOf(a); w != nil {
+			if w.ask != nil {
+				m.endAsk(w.ask, m.cancelledResult(w.ask), false)
+			}
 			m.dropWaiter(res, w)
 		}
 	}
@@ -807,6 +1003,12 @@ func (m *Machine) suspend(did string) Result {
 		// operator's act comes before the revocations it causes.
 		m.event("operator.suspend", m.now, a, nil, 0)
 	}
+	// Its held asks end first, in resource name order.
+	for _, w := range a.waits {
+		if w.ask != nil {
+			m.endAsk(w.ask, suspendedResult(did), false)
+		}
+	}
 	// Revoke in resource name order; the agent's own list, so the cost
 	// follows what it holds.
 	held := slices.Clone(a.leases)
@@ -814,6 +1016,7 @@ func (m *Machine) suspend(did string) Result {
 	for _, l := range held {
 		m.removeLease(l)
 		m.event("coordination.revoke", m.now, a, l, 0)
+		m.markDirty(l.res)
 	}
 	for len(a.waits) > 0 {
 		w := a.waits[0]

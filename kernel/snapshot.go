@@ -4,13 +4,15 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/leaseplane/leaseplane/kernel/internal/jsontext"
 )
 
-// snapshotVersion is written into every snapshot. Restore reads it and
-// version 1 (leaseplane 0.1's, semantics 1), which it converts.
-const snapshotVersion = 2
+// snapshotVersion is written into every snapshot (3: held asks, each
+// waiter's claim end). Restore reads it, version 2 and version 1
+// (leaseplane 0.1's, semantics 1), which it converts.
+const snapshotVersion = 3
 
 // snapState is a decoded snapshot, before its checks.
 type snapState struct {
@@ -18,6 +20,7 @@ type snapState struct {
 	rules     Rules
 	now, seq  int64
 	fence     int64
+	askSeq    int64
 	resources []snapResource
 	agents    []snapAgent // version 1; version 2 keeps trust and suspended
 	trust     []snapAgent
@@ -41,6 +44,11 @@ type snapWaiter struct {
 	actor, mode                         string
 	since, lastAsk, seq, heldAt, waitMs int64
 	hasClaim                            bool // heldAtMs and waitMs were given (version 2)
+	claimEnd                            int64
+	hasClaimEnd                         bool // claimUntilMs was given (version 3)
+	askID                               string
+	askUntil                            int64
+	hasAsk                              bool
 }
 
 type snapAgent struct {
@@ -124,9 +132,10 @@ func decodeSnapshot(b []byte) (snapState, error) {
 			s.rules, err = ParseRules(raw)
 			return err
 		},
-		"nowMs": intInto(&s.now),
-		"seq":   intInto(&s.seq),
-		"fence": intInto(&s.fence),
+		"nowMs":      intInto(&s.now),
+		"seq":        intInto(&s.seq),
+		"fence":      intInto(&s.fence),
+		"askCounter": intInto(&s.askSeq),
 		"trust": func(raw []byte) error {
 			return jsontext.ReadObject(raw, jsontext.Options{}, func(name []byte, v jsontext.Value) error {
 				did := string(name)
@@ -160,6 +169,14 @@ func decodeSnapshot(b []byte) (snapState, error) {
 						"lastAskMs": intInto(&w.lastAsk), "seq": intInto(&w.seq),
 						"heldAtMs": func(raw []byte) error { w.hasClaim = true; return intInto(&w.heldAt)(raw) },
 						"waitMs":   intInto(&w.waitMs),
+						"claimUntilMs": func(raw []byte) error {
+							w.hasClaimEnd = true
+							return intInto(&w.claimEnd)(raw)
+						},
+						"ask": func(raw []byte) error {
+							w.hasAsk = true
+							return decodeObject(raw, fieldDecoders{"id": stringInto(&w.askID), "untilMs": intInto(&w.askUntil)})
+						},
 					}
 				}),
 			})
@@ -220,10 +237,23 @@ func Restore(b []byte) (*Machine, error) {
 	}
 	switch s.v {
 	case snapshotVersion:
+	case 2:
+		// Claims then lasted waitMs + 1000 ms after the last lease_held
+		// answer; there were no held asks.
+		for i := range s.resources {
+			for j := range s.resources[i].waiters {
+				w := &s.resources[i].waiters[j]
+				if w.hasClaimEnd || w.hasAsk {
+					return nil, errors.New("restore: a version 2 snapshot has no claimUntilMs or ask")
+				}
+				w.claimEnd, w.hasClaimEnd = w.heldAt+w.waitMs+ClaimGraceMs2, true
+			}
+		}
+		return build(s)
 	case 1:
 		return restoreV1(s)
 	default:
-		return nil, errors.New("restore: snapshot version " + strconv.FormatInt(s.v, 10) + ", want 1 or " + strconv.Itoa(snapshotVersion))
+		return nil, errors.New("restore: snapshot version " + strconv.FormatInt(s.v, 10) + ", want 1 to " + strconv.Itoa(snapshotVersion))
 	}
 	m, err := build(s)
 	if err != nil {
@@ -252,6 +282,7 @@ func restoreV1(s snapState) (*Machine, error) {
 			for i := range r.waiters {
 				w := &r.waiters[i]
 				w.heldAt, w.waitMs = w.lastAsk, BackoffMs(i+1)
+				w.claimEnd = w.heldAt + w.waitMs + ClaimGraceMs2
 			}
 			live = append(live, r)
 		}
@@ -275,9 +306,9 @@ func restoreV1(s snapState) (*Machine, error) {
 func build(s snapState) (*Machine, error) {
 	q := strconv.Quote
 	m := New(s.rules)
-	m.now, m.seq, m.fence = s.now, uint64(s.seq), s.fence
-	if m.now < 0 || m.now > MaxNowMs || m.fence < 0 || s.seq < 0 {
-		return nil, errors.New("restore: nowMs, seq or fence out of range")
+	m.now, m.seq, m.fence, m.askSeq = s.now, uint64(s.seq), s.fence, uint64(s.askSeq)
+	if m.now < 0 || m.now > MaxNowMs || m.fence < 0 || s.seq < 0 || s.askSeq < 0 {
+		return nil, errors.New("restore: nowMs, seq, fence or askCounter out of range")
 	}
 	for _, a := range s.trust {
 		if err := validActor(a.did); err != nil {
@@ -346,14 +377,31 @@ func build(s snapState) (*Machine, error) {
 				return nil, errors.New("restore: waiter seq or waitMs out of range on " + q(rs.name))
 			}
 			w := &waiter{owner: a, mode: ws.mode, since: ws.since, seq: uint64(ws.seq), lastAsk: ws.lastAsk,
-				heldAt: ws.heldAt, waitMs: ws.waitMs}
+				heldAt: ws.heldAt, waitMs: ws.waitMs, claimEnd: ws.claimEnd}
 			w.timer = timer{at: ws.lastAsk + WaiterTTLMs, res: res, waiter: w, kind: timerLapse}
 			w.claim = timer{at: w.claimUntil(), res: res, waiter: w, kind: timerClaim, idx: -1}
 			res.waiters = append(res.waiters, w)
 			m.nwaiters++
 			waits = append(waits, w)
+			if ws.hasAsk {
+				n, err := strconv.ParseUint(strings.TrimPrefix(ws.askID, "ask_"), 10, 64)
+				switch {
+				case !validAskID(ws.askID) || err != nil || n < 1 || n > m.askSeq || m.asks[ws.askID] != nil:
+					return nil, errors.New("restore: ask id " + q(ws.askID) + " out of range or twice")
+				case ws.askUntil <= m.now || ws.askUntil > m.now+MaxWaitUpToMs || ws.claimEnd != ws.askUntil || ws.lastAsk > ws.askUntil:
+					return nil, errors.New("restore: ask " + q(ws.askID) + " is due, or its claim is not its untilMs")
+				}
+				k := &ask{id: ws.askID, n: n, until: ws.askUntil}
+				k.timer = timer{at: ws.askUntil, res: res, waiter: w, kind: timerAsk, idx: -1}
+				w.ask = k
+				m.asks[k.id] = k
+				a.nasks++
+				res.asks = append(res.asks, k)
+				m.timers.push(&k.timer)
+				w.timer.at = ws.askUntil + WaiterTTLMs
+			}
 			m.timers.push(&w.timer)
-			if w.claim.at > m.now {
+			if w.claim.at > m.now && w.ask == nil {
 				m.timers.push(&w.claim)
 			}
 		}

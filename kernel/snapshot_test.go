@@ -68,10 +68,10 @@ func TestRestoreRefusesBrokenSnapshots(t *testing.T) {
 		"bad mode":       replace(good, `"mode":"write"`, `"mode":"own"`),
 		"not canonical":  " " + good,
 		"bad agent did":  replace(good, `"trust":{"did:x:a":0}`, `"trust":{"x":0}`),
-		"fence counter":  replace(good, `"fence":1,"trust"`, `"fence":0,"trust"`),
+		"fence counter":  replace(good, `"fence":1,"askCounter"`, `"fence":0,"askCounter"`),
 		"idle agent":     replace(good, `"trust":{"did:x:a":0}`, `"trust":{"did:x:a":0,"did:x:b":0}`),
 		"idle resource":  replace(good, `"deadlocks":[]`, `"deadlocks":[]`)[:0] + replace(good, `"waiters":[]}]`, `"waiters":[]},{"name":"s","leases":[],"waiters":[]}]`),
-		"wrong version":  `{"v":3}`,
+		"wrong version":  `{"v":4}`,
 		"empty":          ``,
 	}
 	for name, in := range cases {

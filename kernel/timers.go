@@ -18,9 +18,11 @@ const (
 	timerLease timerKind = iota
 	timerLapse
 	timerClaim
+	timerAsk // a held ask's untilMs; its waiter is set
 )
 
-// less orders timers by time, then kind (expiries, lapses, claim ends),
+// less orders timers by time, then kind (expiries, lapses, claim ends,
+// held asks' untilMs),
 // then resource name, then agent: a total order, so lapses happen in the
 // same order on every host however the heap was built.
 func (t *timer) less(u *timer) bool {

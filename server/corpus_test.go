@@ -56,6 +56,18 @@ func replayOverREST(t *testing.T, file string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server decides by the current semantics only, and keeps held
+	// requests itself until it answers them from the kernel's Ready (issue
+	// 20): scenarios of another semantics, with held asks or cancel, are
+	// compared by the hosts' parity runs, not here.
+	if s.Semantics != 0 {
+		return 0
+	}
+	for _, step := range s.Steps {
+		if c, err := kernel.DecodeStep(step); err == nil && (c.HasWaitUpTo || c.Op == kernel.OpCancel) {
+			return 0
+		}
+	}
 	golden, err := os.ReadFile(strings.TrimSuffix(file, ".json") + ".golden")
 	if err != nil {
 		t.Fatal(err)

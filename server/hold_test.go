@@ -171,8 +171,9 @@ func TestHeldRequestWakesForItsResource(t *testing.T) {
 	if !isClosed(second.wake) {
 		t.Fatal("the wake passed on did not reach the second writer")
 	}
-	// A claim ends (no event): the alarm's tick wakes everyone.
-	ts.clock.Advance(2 * time.Second)
+	// A claim ends (no event; the grace is 2000 ms): the alarm's tick
+	// wakes everyone.
+	ts.clock.Advance(3 * time.Second)
 	select {
 	case <-changed:
 	case <-time.After(10 * time.Second):

@@ -165,6 +165,12 @@ func (s *Server) leaseRoute(rt api.Route) keyHandler {
 			if held {
 				return s.callHeld(r.Context(), k, body, time.Duration(ms)*time.Millisecond)
 			}
+			// Until the server answers held asks from the kernel's Ready, a
+			// held request is the query parameter's.
+			if c, err := kernel.DecodeRequest(rt.Op, 0, body); err == nil && c.HasWaitUpTo {
+				return fromAPI(api.BadQuery(&api.QueryError{Param: api.ParamWaitUpToMs,
+					Msg: "waitUpToMs goes in the query (?waitUpToMs=N) until the server holds requests from the kernel's answer"}))
+			}
 		}
 		return s.run(r.Context(), k, rt.Op, body)
 	}

@@ -585,9 +585,9 @@ func TestClockOnlyCommandsNotLogged(t *testing.T) {
 	if st, b, _ := s.Call(ctx, key, kernel.OpAcquire, []byte(`{"resource":"b","actorDid":"did:example:y"}`)); st != 409 {
 		t.Fatalf("acquire b as y: %d %s", st, b)
 	}
-	// Past y's claim (its back-off window ends 1050 ms after its request,
+	// Past y's claim (its back-off window ends 2050 ms after its request,
 	// an alarm of its own): the wait that passes it may be logged.
-	clock.Advance(2 * time.Second)
+	clock.Advance(3 * time.Second)
 	s.Call(ctx, key, kernel.OpWait, nil)
 	base := logged(s)
 	for range 5 {
@@ -602,7 +602,7 @@ func TestClockOnlyCommandsNotLogged(t *testing.T) {
 	// Past the leases' expiry (30 s after the grants), before the waiter's
 	// lapse (30 s after its request, at 40 s): the wait lapses the leases
 	// and is logged.
-	clock.Advance(18 * time.Second)
+	clock.Advance(17 * time.Second)
 	_, want, _ := s.Call(ctx, key, kernel.OpWait, nil)
 	if n := logged(s); n != base+1 {
 		t.Errorf("a wait that lapsed leases logged %d commands, want 1", n-base)

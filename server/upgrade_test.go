@@ -88,7 +88,7 @@ func TestUpgradeFromRelease010Crash(t *testing.T) {
 	if n < 13 || sems[0] != 1 || sems[10] != 1 || sems[n-1] != kernel.Semantics {
 		t.Fatalf("semantics of the logged commands: %v", sems)
 	}
-	if recs[10].Rules != nil || string(recs[11].Rules) != `{"readShared":["file:"],"limits":{"leases":100000,"waiters":100000,"agents":1000000}}` || recs[12].Rules != nil {
+	if recs[10].Rules != nil || string(recs[11].Rules) != `{"readShared":["file:"],"limits":{"leases":100000,"waiters":100000,"agents":1000000,"asks":1000,"asksPerAgent":16}}` || recs[12].Rules != nil {
 		t.Errorf("rules logged: 0.1's %q, the first new command's %q, the next %q", recs[10].Rules, recs[11].Rules, recs[12].Rules)
 	}
 }

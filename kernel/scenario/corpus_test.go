@@ -115,7 +115,15 @@ type transcript struct {
 			OK     bool   `json:"ok"`
 			Reason string `json:"reason"`
 		} `json:"answer"`
-		Events []json.RawMessage `json:"events"`
+		Events  []json.RawMessage `json:"events"`
+		Held    string            `json:"held"`
+		Answers []struct {
+			AskID  string `json:"askId"`
+			Answer struct {
+				OK     bool   `json:"ok"`
+				Reason string `json:"reason"`
+			} `json:"answer"`
+		} `json:"answers"`
 	} `json:"steps"`
 	Trust map[string]float64 `json:"trust"`
 }
@@ -210,11 +218,23 @@ func TestCorpusVerdicts(t *testing.T) {
 		}
 		var got []string
 		for _, s := range tr.Steps {
-			if s.Answer.OK {
-				got = append(got, "ok")
-			} else {
-				got = append(got, s.Answer.Reason)
+			// A step that made a held ask is "held"; the asks that ended
+			// during a step follow its verdict, each as +verdict.
+			v := s.Answer.Reason
+			switch {
+			case s.Held != "":
+				v = "held"
+			case s.Answer.OK:
+				v = "ok"
 			}
+			for _, a := range s.Answers {
+				if a.Answer.OK {
+					v += "+ok"
+				} else {
+					v += "+" + a.Answer.Reason
+				}
+			}
+			got = append(got, v)
 		}
 		if g := compressVerdicts(got); g != want {
 			t.Errorf("%s: verdicts\n got: %s\nwant: %s", name, g, want)

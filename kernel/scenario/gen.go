@@ -12,8 +12,16 @@ import (
 // of agents and resources, a mix of every operation, times that mostly move
 // forward in small and 30-second-scale steps (and sometimes jump back or
 // land exactly on an expiry), and some invalid steps. The same seed gives
-// the same bytes.
-func Random(seed int64) []byte {
+// the same bytes. Acquires are held (waitUpToMs) or polled, and some
+// steps cancel held asks.
+func Random(seed int64) []byte { return random(seed, true) }
+
+// RandomPolled is Random without held asks: no waitUpToMs and no cancel,
+// the same scenarios as before semantics 3 (for models that know only
+// polling).
+func RandomPolled(seed int64) []byte { return random(seed, false) }
+
+func random(seed int64, held bool) []byte {
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32^0x9e3779b97f4a7c15))
 	nAgents := 2 + rng.IntN(5)
 	nRes := 1 + rng.IntN(4)
@@ -35,6 +43,9 @@ func Random(seed int64) []byte {
 		rules = `{"readShared":[]}`
 	case 2:
 		rules = `{"readShared":["file:"],"limits":{"leases":2,"waiters":2,"agents":3}}`
+		if held {
+			rules = `{"readShared":["file:"],"limits":{"leases":2,"waiters":2,"agents":3,"asks":2,"asksPerAgent":1}}`
+		}
 	}
 	modes := []string{"", "read", "write", "delete", "read", "read"}
 	nSteps := 1 + rng.IntN(40)
@@ -71,6 +82,9 @@ func Random(seed int64) []byte {
 			if rng.IntN(10) == 0 {
 				s["ttlMs"] = rng.IntN(100000)
 			}
+			if held && rng.IntN(3) == 0 {
+				s["waitUpToMs"] = []int{0, 1, 50, 1000, 5000, 30000}[rng.IntN(6)] + rng.IntN(100)%30
+			}
 		case p < 75:
 			s["op"] = "release"
 			s["resource"], s["actorDid"] = r, a
@@ -99,6 +113,12 @@ func Random(seed int64) []byte {
 		case p < 97:
 			s["op"] = "forget"
 			s["actorDid"] = a
+			if held && rng.IntN(2) == 0 {
+				s = step{"atMs": now, "op": "cancel"}
+				if rng.IntN(2) == 0 {
+					s["askId"] = "ask_" + strconv.Itoa(1+rng.IntN(4))
+				}
+			}
 		default:
 			s = invalidStep(rng, now, r, a)
 		}
