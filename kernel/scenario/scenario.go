@@ -168,32 +168,8 @@ func AppendStep(out []byte, step []byte, res kernel.Ready) []byte {
 	}
 	out = append(out, `,"op":`...)
 	out = appendRaw(out, op)
-	out = append(out, `,"answer":`...)
-	if res.Answer == nil {
-		out = append(out, "null"...)
-	} else {
-		out = append(out, res.Answer...)
-	}
-	if res.AskID != "" {
-		out = append(out, `,"held":`...)
-		out = kernel.AppendQuote(out, res.AskID)
-	}
-	out = append(out, `,"events":`...)
-	out = kernel.AppendEvents(out, res.Events)
-	if len(res.Answers) > 0 {
-		out = append(out, `,"answers":[`...)
-		for i, a := range res.Answers {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, `{"askId":`...)
-			out = kernel.AppendQuote(out, a.AskID)
-			out = append(out, `,"answer":`...)
-			out = append(out, a.Answer...)
-			out = append(out, '}')
-		}
-		out = append(out, ']')
-	}
+	out = append(out, ',')
+	out = AppendReady(out, res)
 	return append(out, '}')
 }
 
@@ -220,4 +196,37 @@ func appendRaw(out []byte, raw []byte) []byte {
 		return append(out, "null"...)
 	}
 	return kernel.AppendCompact(out, raw)
+}
+
+// AppendReady appends a step's outcome as its transcript line has it:
+// "answer":…[,"held":…],"events":[…][,"answers":[…]] (members only, no
+// braces).
+func AppendReady(out []byte, res kernel.Ready) []byte {
+	out = append(out, `"answer":`...)
+	if res.Answer == nil {
+		out = append(out, "null"...)
+	} else {
+		out = append(out, res.Answer...)
+	}
+	if res.AskID != "" {
+		out = append(out, `,"held":`...)
+		out = kernel.AppendQuote(out, res.AskID)
+	}
+	out = append(out, `,"events":`...)
+	out = kernel.AppendEvents(out, res.Events)
+	if len(res.Answers) > 0 {
+		out = append(out, `,"answers":[`...)
+		for i, a := range res.Answers {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `{"askId":`...)
+			out = kernel.AppendQuote(out, a.AskID)
+			out = append(out, `,"answer":`...)
+			out = append(out, a.Answer...)
+			out = append(out, '}')
+		}
+		out = append(out, ']')
+	}
+	return out
 }

@@ -113,15 +113,12 @@ func machineObject(e kernel.Engine) js.Value {
 		if err != nil {
 			return errValue(err.Error())
 		}
-		res, err := e.StepJSON([]byte(s))
+		res, err := e.Step(kernel.DecodeStepCommand([]byte(s)))
 		if err != nil {
 			return errValue("step: " + err.Error())
 		}
-		out := append([]byte(`{"answer":`), res.Answer...)
-		out = append(out, `,"events":`...)
-		out = kernel.AppendEvents(out, res.Events)
-		out = append(out, '}')
-		return string(out)
+		out := scenario.AppendReady([]byte{'{'}, res)
+		return string(append(out, '}'))
 	})
 	method("trust", func([]js.Value) any {
 		b, err := e.Trust()
