@@ -63,13 +63,16 @@ test("version names the kernel and the build", () => {
 test("a machine steps like the transcript, line by line", () => {
   for (const f of corpus.filter((f) => !f.startsWith("invalid-"))) {
     const s = JSON.parse(fs.readFileSync(path.join(corpusDir, f), "utf8"));
+    if (s.semantics !== undefined) continue; // a machine decides by the newest semantics
     const lines = lp.replay(fs.readFileSync(path.join(corpusDir, f), "utf8")).split("\n");
     const m = lp.newMachine(s.rules === undefined ? null : JSON.stringify(s.rules));
     s.steps.forEach((step, i) => {
       const out = m.step(JSON.stringify(step));
       const line = lines[i + 1].replace(/,$/, "");
       assert.ok(line.endsWith("," + out.slice(1)), `${f} step ${i}: ${out} is not the end of ${line}`);
-      assert.deepEqual(Object.keys(JSON.parse(out)), ["answer", "events"]);
+      const o = JSON.parse(out);
+      const keys = ["answer", ...("held" in o ? ["held"] : []), "events", ...("answers" in o ? ["answers"] : [])];
+      assert.deepEqual(Object.keys(o), keys);
     });
     assert.equal(`],"trust":${m.trust()}}`, lines[lines.length - 2], f);
     m.close();
