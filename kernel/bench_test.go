@@ -237,3 +237,54 @@ func BenchmarkLiveLeaseMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDeadlockPairs runs an empty wait page and an acquire and a
+// release of an unrelated resource with 0, 5,000 and 10,000 deadlock pairs
+// kept: no command's cost may grow with them (the pairs are indexed by time
+// and by resource name, and a page reads only its own range).
+func BenchmarkDeadlockPairs(b *testing.B) {
+	for _, n := range []int{0, 5000, 10000} {
+		m := kernel.New(kernel.Rules{})
+		const now = 1000
+		for i := range n {
+			x, y := "did:web:acme.example:agent:x"+strconv.Itoa(i), "did:web:acme.example:agent:y"+strconv.Itoa(i)
+			ra, rb := "dl:a"+strconv.Itoa(i), "dl:b"+strconv.Itoa(i)
+			m.Apply(kernel.Command{Op: kernel.OpAcquire, NowMs: now, Resource: ra, ActorDid: x})
+			m.Apply(kernel.Command{Op: kernel.OpAcquire, NowMs: now, Resource: rb, ActorDid: y})
+			m.Apply(kernel.Command{Op: kernel.OpAcquire, NowMs: now, Resource: ra, ActorDid: y})
+			if r := m.Apply(kernel.Command{Op: kernel.OpAcquire, NowMs: now, Resource: rb, ActorDid: x}); !strings.Contains(string(r.Answer), `"deadlock"`) {
+				b.Fatalf("pair %d: %s", i, r.Answer)
+			}
+			// Only the pair stays: the resources go idle and the agents are
+			// forgotten, so the machine holds nothing else that grows.
+			for _, c := range []kernel.Command{{Op: kernel.OpRelease, Resource: ra, ActorDid: x}, {Op: kernel.OpRelease, Resource: rb, ActorDid: y},
+				{Op: kernel.OpRelease, Resource: ra, ActorDid: y}, {Op: kernel.OpForget, ActorDid: x}, {Op: kernel.OpForget, ActorDid: y}} {
+				c.NowMs = now
+				m.Apply(c)
+			}
+		}
+		if st := m.Stats(); st.Resources != 0 || st.Agents != 0 {
+			b.Fatalf("the pairs' machine holds %+v besides them", st)
+		}
+		if n > 0 {
+			r := m.Apply(kernel.Command{Op: kernel.OpWait, NowMs: now, Prefix: "dl:b0", Limit: 1}) // an idle resource's pairs show
+			if strings.Count(string(r.Answer), `"waitingOn"`) != 1 {
+				b.Fatalf("a page of one resource shows %s", r.Answer)
+			}
+		}
+		b.Run(strconv.Itoa(n)+"-pairs", func(b *testing.B) {
+			wait := kernel.Command{Op: kernel.OpWait, NowMs: now, Prefix: "none:"}
+			acq := kernel.Command{Op: kernel.OpAcquire, NowMs: now, Resource: "lock:other", ActorDid: "did:web:acme.example:agent:o"}
+			rel := kernel.Command{Op: kernel.OpRelease, NowMs: now, Resource: acq.Resource, ActorDid: acq.ActorDid}
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := m.Apply(wait); r.Status != 200 || strings.Contains(string(r.Answer), `"waitingOn"`) {
+					b.Fatalf("%s", r.Answer)
+				}
+				m.Apply(acq)
+				m.Apply(rel)
+			}
+			reportCmds(b, 3)
+		})
+	}
+}

@@ -170,18 +170,13 @@ func (m *Machine) waitAnswer(c Command) []byte {
 		b = stringMember(b, `,"next":`, last)
 	}
 	b = append(b, `,"deadlocks":[`...)
-	n = 0
-	for _, d := range m.deadlocks {
-		// On the page's range: the prefix, after After, and up to its last
-		// name when more remain.
-		if !strings.HasPrefix(d.resource, c.Prefix) || d.resource < start || (more && d.resource > last) {
-			continue
-		}
-		if n > 0 {
+	// On the page's range: the prefix, after After, and up to its last
+	// name when more remain.
+	for i, d := range m.deadlocks.page(c.Prefix, start, last, more) {
+		if i > 0 {
 			b = append(b, ',')
 		}
-		n++
-		b = appendDeadlock(b, d)
+		b = appendDeadlock(b, d.deadlockPair)
 	}
 	return append(b, "]}"...)
 }
@@ -493,7 +488,16 @@ func (m *Machine) Snapshot() []byte {
 		return true
 	})
 	b = append(b, `],"deadlocks":`...)
-	b = appendList(b, m.deadlocks, func(b []byte, _ int, d deadlockPair) []byte { return appendDeadlock(b, d) })
+	b = append(b, '[')
+	n = 0
+	m.deadlocks.each(func(d deadlockPair) {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = appendDeadlock(b, d)
+	})
+	b = append(b, ']')
 	return append(b, '}')
 }
 

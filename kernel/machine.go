@@ -28,7 +28,7 @@ type Machine struct {
 	nleases   int
 	nwaiters  int
 	timers    timerHeap
-	deadlocks []deadlockPair
+	deadlocks pairs
 	changed   bool        // durable state changed during the command being applied
 	clock     bool        // the command moved the clock
 	pruned    bool        // the command dropped deadlock pairs (a function of the clock)
@@ -412,19 +412,9 @@ func (m *Machine) lapse(target int64) {
 		}
 	}
 	m.now = target
-	keep := m.deadlocks[:0]
-	for _, d := range m.deadlocks {
-		if d.at+DeadlockKeepMs > m.now {
-			keep = append(keep, d)
-		}
-	}
-	if len(keep) != len(m.deadlocks) {
+	if m.deadlocks.prune(m.now) {
 		m.pruned = true
 	}
-	for i := len(keep); i < len(m.deadlocks); i++ {
-		m.deadlocks[i] = deadlockPair{}
-	}
-	m.deadlocks = keep
 }
 
 func newAgent(did string) *agent { return &agent{did: did, didJSON: jsontext.AppendString(nil, did)} }
@@ -916,10 +906,7 @@ func (m *Machine) deadlock(actor, resName string, cycle []string) Result {
 	m.changed = true
 	// A repeated refusal replaces its pair and moves it to the end, so the
 	// list stays in time order.
-	m.deadlocks = slices.DeleteFunc(m.deadlocks, func(d deadlockPair) bool {
-		return d.actor == actor && d.resource == resName
-	})
-	m.deadlocks = append(m.deadlocks, deadlockPair{actor, resName, holder, waitingOn, m.now})
+	m.deadlocks.add(deadlockPair{actor, resName, holder, waitingOn, m.now})
 	return m.deadlockResult(resName, cycle)
 }
 

@@ -420,7 +420,14 @@ func build(s snapState) (*Machine, error) {
 			}
 		}
 	}
-	m.deadlocks = s.deadlocks
+	var lastAt int64
+	for _, d := range s.deadlocks {
+		if d.at < lastAt || d.at > m.now || d.at+DeadlockKeepMs <= m.now && s.v == snapshotVersion {
+			return nil, errors.New("restore: deadlock pairs out of time order, or older than they are kept")
+		}
+		lastAt = d.at
+		m.deadlocks.add(d)
+	}
 	return m, nil
 }
 
