@@ -112,6 +112,7 @@ type result struct {
 	grantLat         []time.Duration // ask to granted, per pair
 	commits          commitStats
 	cpu              time.Duration // this process and the target's daemon
+	daemonCPU        time.Duration // of which the target's daemon (its server process)
 }
 
 func (r result) pairsPerSec() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
@@ -555,9 +556,10 @@ func measure(t target, workload string, polled bool, clients int, dur time.Durat
 	if hasStats {
 		before = st.commitStats()
 	}
-	cpu0 := cpuTime(t)
+	cpu0, d0 := cpuTime(t)
 	time.Sleep(dur)
-	r := result{workload: workload, cpu: cpuTime(t) - cpu0, elapsed: time.Since(from)}
+	cpu1, d1 := cpuTime(t)
+	r := result{workload: workload, cpu: cpu1 - cpu0, daemonCPU: d1 - d0, elapsed: time.Since(from)}
 	if hasStats {
 		r.commits = st.commitStats().minus(before)
 	}
@@ -582,17 +584,16 @@ func measure(t target, workload string, polled bool, clients int, dur time.Durat
 }
 
 // cpuTime is the CPU time (user + system) used so far by this process and
-// by t's daemon process, if it has one.
-func cpuTime(t target) time.Duration {
+// by t's daemon process, if it has one, and the daemon's part of it.
+func cpuTime(t target) (all, daemon time.Duration) {
 	var ru syscall.Rusage
-	var d time.Duration
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		d = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		all = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	if dp, ok := t.(daemonPIDer); ok {
-		d += procCPU(dp.daemonPID())
+		daemon = procCPU(dp.daemonPID())
 	}
-	return d
+	return all + daemon, daemon
 }
 
 // procCPU reads a process's user + system time from /proc (Linux), in
@@ -634,6 +635,7 @@ type summary struct {
 	runs                  []result // in run order
 	pps                   float64
 	p50, p99, max, cpu    time.Duration
+	daemonCPU             time.Duration // the server process's part of cpu; 0 in-process
 	errors                int64
 	xEtcd, xRedis         float64 // median of the runs' ratios; 0 when there is no peer
 	commitsPerSec, perCmt float64
@@ -691,12 +693,15 @@ func summarize(all []result, runs int) map[string][]summary {
 	for _, k := range order {
 		s := byKey[k]
 		var pps, cps, per, ms, xe, xr []float64
-		var p50, p99, mx, cpu []time.Duration
+		var p50, p99, mx, cpu, dcpu []time.Duration
 		for _, r := range s.runs {
 			pps = append(pps, r.pairsPerSec())
 			l := r.latency()
 			p50, p99, mx = append(p50, pct(l, 0.5)), append(p99, pct(l, 0.99)), append(mx, pct(l, 1))
 			cpu = append(cpu, r.cpuPerPair())
+			if r.pairs > 0 {
+				dcpu = append(dcpu, r.daemonCPU/time.Duration(r.pairs))
+			}
 			s.errors += r.errors
 			if c := r.commits; c.commits > 0 {
 				cps = append(cps, c.commits/r.elapsed.Seconds())
@@ -719,6 +724,7 @@ func summarize(all []result, runs int) map[string][]summary {
 		}
 		s.pps = median(pps)
 		s.p50, s.p99, s.max, s.cpu = medianDur(p50), medianDur(p99), medianDur(mx), medianDur(cpu)
+		s.daemonCPU = medianDur(dcpu)
 		s.xEtcd, s.xRedis = median(xe), median(xr)
 		s.commitsPerSec, s.perCmt, s.msPerCommit = median(cps), median(per), median(ms)
 		out[k.workload] = append(out[k.workload], *s)
@@ -748,6 +754,12 @@ func printTable(w io.Writer, workload string, ss []summary, runs int) {
 	for _, s := range ss {
 		fmt.Fprintf(w, "%-*s %9.0f %9s %9s %9s %9s %8s %8s %6d\n", width, s.target, s.pps,
 			fmtDur(s.p50), fmtDur(s.p99), fmtDur(s.max), fmtDur(s.cpu), ratio(s.xEtcd), ratio(s.xRedis), s.errors)
+	}
+	for _, s := range ss {
+		if s.daemonCPU > 0 {
+			fmt.Fprintf(w, "%-*s CPU per pair: %s in the server process, %s in the load generator\n", width, s.target,
+				fmtDur(s.daemonCPU), fmtDur(s.cpu-s.daemonCPU))
+		}
 	}
 	for _, s := range ss {
 		if s.commitsPerSec > 0 {

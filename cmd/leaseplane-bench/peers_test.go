@@ -52,6 +52,9 @@ func TestBenchRuns(t *testing.T) {
 	if !strings.Contains(out, "leaseplane/native ") || !strings.Contains(out, " commands per commit, ") {
 		t.Errorf("no commit line for leaseplane:\n%s", out)
 	}
+	if !regexp.MustCompile(`(?m)^leaseplane/native +CPU per pair: .* in the server process, .* in the load generator$`).MatchString(out) {
+		t.Errorf("no line splitting leaseplane's CPU between its server process and the load generator:\n%s", out)
+	}
 	for _, g := range []string{"spread: pairs/s ≥ 2× etcd's Mutex", "spread: p99 ≤ etcd's", "spread: pairs/s ≥ 0.5× Redis's",
 		"queue held: pairs/s ≥ 8× etcd's Mutex", "queue held: p99 to a grant ≤ ½ etcd's", "queue polled: pairs/s ≥ 0.15× etcd's Mutex"} {
 		if !strings.Contains(out, g) {
