@@ -71,11 +71,12 @@ func RenderDocs(ctx context.Context, w *bytes.Buffer, l Links) error {
 	})
 }
 
-// RenderOperator writes the operator's page: the latest drill run and the
-// open cases, read from the plane with an operator key the person gives
-// (operator.js); it runs no kernel.
+// RenderOperator writes the operator's page: the workspace's queues, a
+// live feed of its lease events drawn as a timeline, the latest drill run
+// and the open cases, read from the plane with an operator key the person
+// gives (operator.js); it runs no kernel.
 func RenderOperator(ctx context.Context, w *bytes.Buffer, l Links) error {
-	p, err := newPage("Operator", "operator", l, "operator.js")
+	p, err := newPage("Operator", "operator", l, "timeline.js", "operator.js")
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,9 @@ func RenderOperator(ctx context.Context, w *bytes.Buffer, l Links) error {
 
 // pageHandler renders a page once (its content is fixed for a binary),
 // gzips it once, and serves it with an ETag, so a revalidation costs a 304.
-func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.HandlerFunc {
+// runsKernel says whether the page runs the kernel, so that its headers
+// preload it (the operator's page does not, and preloads nothing).
+func pageHandler(render func(context.Context, *bytes.Buffer, Links) error, runsKernel bool) http.HandlerFunc {
 	var (
 		once sync.Once
 		page []byte
@@ -116,7 +119,7 @@ func pageHandler(render func(context.Context, *bytes.Buffer, Links) error) http.
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Vary", "Accept-Encoding")
-		if u := kernelPreload(); u != "" {
+		if u := kernelPreload(); u != "" && runsKernel {
 			// The browser fetches the kernel as soon as the headers arrive,
 			// before the page's first script can ask for it.
 			h.Set("Link", u)
@@ -176,9 +179,9 @@ func SetSecurityHeaders(h http.Header) {
 // serve mounts it at / beside the API.
 func Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /playground", pageHandler(RenderPlayground))
-	mux.Handle("GET /docs", pageHandler(RenderDocs))
-	mux.Handle("GET /operator", pageHandler(RenderOperator))
+	mux.Handle("GET /playground", pageHandler(RenderPlayground, true))
+	mux.Handle("GET /docs", pageHandler(RenderDocs, true))
+	mux.Handle("GET /operator", pageHandler(RenderOperator, false))
 	mux.HandleFunc("GET /static/", staticHandler)
 	mux.Handle("GET /{$}", http.RedirectHandler(ServerLinks.Playground, http.StatusFound))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -9,11 +9,13 @@ package web
 import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
-// operatorPage shows an operator the latest drill run (each drill, and a
-// failed one's expected and live answers side by side) and the open cases
-// the detectors filed. The data comes from the plane's REST routes, read
-// by operator.js with the operator key typed into the form; the page
-// itself holds nothing of a workspace.
+// operatorPage is the place to watch a workspace: its queues, a live feed
+// of its lease events drawn as the playground's timeline, the latest drill
+// run (each drill, and a failed one's expected and live answers side by
+// side) and the open cases the detectors filed. The data comes from the
+// plane's REST routes and its events stream, read by operator.js with the
+// operator key typed into the form; the page itself holds nothing of a
+// workspace, and runs no kernel.
 func operatorPage(p Page) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
@@ -43,7 +45,7 @@ func operatorPage(p Page) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"op\"><h1>Operator</h1><p class=\"lede\">The plane's proof that it keeps its promise: the drills it runs against itself, and the cases its detectors filed from the signed ledger.</p><form id=\"op-key-form\" class=\"op-key\"><label for=\"op-key\">Operator key</label> <input id=\"op-key\" name=\"key\" type=\"password\" autocomplete=\"off\" spellcheck=\"false\" required> <button type=\"submit\">Show</button></form><p id=\"op-status\" role=\"status\" aria-live=\"polite\">Enter an operator key of your workspace (leaseplane keys create --operator).</p><section aria-labelledby=\"op-drills-h\"><h2 id=\"op-drills-h\">Latest drill run</h2><div id=\"op-run\"></div><button id=\"op-run-drills\" type=\"button\" disabled>Run the drills</button></section><section aria-labelledby=\"op-cases-h\"><h2 id=\"op-cases-h\">Open cases</h2><div id=\"op-cases\"></div><button id=\"op-detect\" type=\"button\" disabled>Run lease-overlap now</button><p id=\"op-detect-result\" role=\"status\" aria-live=\"polite\"></p></section></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"op-page\"><h1>Operator</h1><p class=\"lede\">Watch a workspace: who holds and who waits, its lease events as they happen, the drills the plane runs against itself and the cases its detectors filed from the signed ledger.</p><form id=\"op-key-form\" class=\"op-key\"><label for=\"op-key\">Operator key</label> <input id=\"op-key\" name=\"key\" type=\"password\" autocomplete=\"off\" spellcheck=\"false\" required aria-describedby=\"op-status\"> <button type=\"submit\">Show</button></form><p id=\"op-status\" role=\"status\" aria-live=\"polite\">Enter an operator key of your workspace (leaseplane keys create --operator).</p><p class=\"muted\">Workspace: <strong id=\"op-workspace\">—</strong></p><section aria-labelledby=\"op-feed-h\"><h2 id=\"op-feed-h\">Live lease events</h2><p id=\"op-feed-status\" class=\"muted\" role=\"status\" aria-live=\"polite\">Opens once a key is given.</p><figure class=\"timeline\"><figcaption>Timeline <span class=\"muted\">· a lane per resource, bars are leases; <span id=\"op-feed-origin\">time 0 is the first event shown</span></span></figcaption><div id=\"op-timeline\" class=\"timeline-box\"><p class=\"muted\">No lease event yet.</p></div></figure><div class=\"table-wrap\" tabindex=\"0\" role=\"region\" aria-label=\"Latest lease events\"><table id=\"op-events\" class=\"grid\"><thead><tr><th scope=\"col\">id</th><th scope=\"col\">time (UTC)</th><th scope=\"col\">event</th><th scope=\"col\">resource</th><th scope=\"col\">agent</th><th scope=\"col\">fence</th></tr></thead> <tbody></tbody></table></div></section><section aria-labelledby=\"op-queues-h\"><h2 id=\"op-queues-h\">Queues</h2><div id=\"op-queues\"></div><div class=\"op-pager\"><button id=\"op-queues-refresh\" type=\"button\" disabled>Refresh</button> <button id=\"op-queues-back\" type=\"button\" hidden>Previous page</button> <button id=\"op-queues-next\" type=\"button\" hidden>Next page</button></div></section><section aria-labelledby=\"op-drills-h\"><h2 id=\"op-drills-h\">Latest drill run</h2><div id=\"op-run\"></div><button id=\"op-run-drills\" type=\"button\" disabled>Run the drills</button></section><section aria-labelledby=\"op-cases-h\"><h2 id=\"op-cases-h\">Open cases</h2><div id=\"op-cases\"></div><button id=\"op-detect\" type=\"button\" disabled>Run lease-overlap now</button><p id=\"op-detect-result\" role=\"status\" aria-live=\"polite\"></p></section></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -564,7 +564,8 @@ func TestExchangeComponent(t *testing.T) {
 
 // TestPagePreloadsKernel: a page answer carries a Link header that
 // preloads the embedded kernel under its hashed URL, as the fetch in the
-// page's head asks for it; without a kernel there is none.
+// page's head asks for it; without a kernel there is none, nor on the
+// operator's page.
 func TestPagePreloadsKernel(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
@@ -591,5 +592,14 @@ func TestPagePreloadsKernel(t *testing.T) {
 	}
 	if !bytes.Contains(body, []byte(`"`+u+`"`)) {
 		t.Errorf("the page does not fetch the preloaded URL %s", u)
+	}
+	// The operator's page runs no kernel: it preloads none.
+	res, err = http.Get(srv.URL + "/operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if l := res.Header.Get("Link"); l != "" {
+		t.Errorf("the operator's page preloads %s", l)
 	}
 }

@@ -56,7 +56,7 @@ test("playground: names and times in the steps are fully visible; verdict chips 
     // page does not: see the 390 px test); from 1024 px it fits.
     const cut = await page.evaluate((wide) => {
       const out = [];
-      for (const cell of document.querySelectorAll("#verdicts td.details")) {
+      for (const cell of document.querySelectorAll("#verdicts td.verdict")) {
         const box = cell.getBoundingClientRect();
         for (const c of cell.querySelectorAll(".chip")) {
           const r = c.getBoundingClientRect();

@@ -1,7 +1,8 @@
 // kernel.js shows the kernel's version in the page once window.lpKernel
 // (a promise of the global leaseplane object: replay, version, newMachine),
 // which the head's kernel-boot.js starts, has resolved; and it holds small
-// helpers the pages share.
+// helpers the pages share (lpShort is timeline.js's: the operator's page
+// draws timelines without a kernel).
 "use strict";
 (function () {
   // The head's kernel-boot.js set window.lpKernel, unless the page was
@@ -18,10 +19,4 @@
 
   // Pretty-prints JSON text the way the docs do (two spaces).
   window.lpPretty = (text) => JSON.stringify(JSON.parse(text), null, 2);
-  // Short name of a DID: its last colon-separated part.
-  window.lpShort = (did) => {
-    if (typeof did !== "string") return String(did);
-    const i = did.lastIndexOf(":");
-    return i >= 0 && i < did.length - 1 ? did.slice(i + 1) : did;
-  };
 })();

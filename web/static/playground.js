@@ -179,8 +179,10 @@
     // A name or time input is as wide as its text, so none is cut (the
     // table scrolls sideways instead).
     const fit = (inp, field) => {
-      if (field !== "resource" && field !== "atMs") return inp;
-      inp.style.width = `calc(${Math.max(inp.value.length, field === "atMs" ? 5 : 12) + 1}ch + 12px)`;
+      if (field !== "resource" && field !== "atMs" && field !== "leaseId") return inp;
+      // (a tab shows as up to eight spaces)
+      const n = inp.value.length + 7 * (inp.value.match(/\t/g) || []).length;
+      inp.style.width = `calc(${Math.max(n, field === "atMs" ? 5 : field === "leaseId" ? 14 : 12) + 2}ch + 12px)`;
       return inp;
     };
     const input = (field, attrs) => fit(el("input", Object.assign({
@@ -320,6 +322,9 @@
   }
   const chip = (k, v, cls) => `<span class="chip${cls ? " " + cls : ""}"><span class="k">${esc(k)}</span> ${v}</span>`;
   const who = (d) => `<span class="did" title="${esc(d)}">${esc(short(d))}</span>`;
+  // A resource name may break after its / and : (never inside a word), so a
+  // cell holds it whole or on two lines, never cut.
+  const res = (r) => `<code class="res">${esc(r).replace(/([/:])/g, "$1<wbr>")}</code>`;
   function verdict(st, ts) {
     const a = ts.answer || {};
     const evs = ts.events || [];
@@ -335,8 +340,8 @@
         d = inWay + chip("waitMs", esc(a.stampede?.waitMs)) +
           chip("admitted", pos >= 0 ? `yes, ${pos + 1} of ${adm.length}` : `no (${adm.length} admitted)`, pos >= 0 ? "" : "warn");
       } else if (a.reason === "deadlock") {
-        d = chip("holder", who(a.holder)) + chip("waitingOn", `<code>${esc(a.waitingOn)}</code>`, "dl") +
-          chip("cycle", (a.cycle || []).map((c) => (String(c).startsWith("did:") ? who(c) : `<code>${esc(c)}</code>`)).join(" → "), "wrap");
+        d = chip("holder", who(a.holder)) + chip("waitingOn", res(a.waitingOn), "dl") +
+          chip("cycle", (a.cycle || []).map((c) => (String(c).startsWith("did:") ? who(c) : res(c))).join(" → "), "wrap");
       } else if (a.error) {
         d = `<span class="err-text">${esc(a.error)}</span>`;
       }
@@ -361,7 +366,7 @@
     if (op === "tick") {
       const lapsed = evs.filter((e) => e.type === "coordination.expire");
       return { badge: `<span class="badge plain">tick</span>`, kind: "other",
-        details: lapsed.map((e) => chip("lapsed", `${who(e.actorDid)} on <code>${esc(e.resource)}</code>`, "lapse")).join("") + chip("next alarm", a.nextAlarmMs == null ? "none" : esc(a.nextAlarmMs) + " ms") };
+        details: lapsed.map((e) => chip("lapsed", `${who(e.actorDid)} on ${res(e.resource)}`, "lapse")).join("") + chip("next alarm", a.nextAlarmMs == null ? "none" : esc(a.nextAlarmMs) + " ms") };
     }
     if (op === "forget") {
       return { badge: `<span class="badge plain">${a.forgot ? "forgotten" : "nothing to forget"}</span>`, kind: "other", details: "" };
@@ -375,34 +380,42 @@
   }
   function request(st, ts) {
     if (!st || typeof st !== "object") return `<span class="muted">(not an object)</span>`;
+    // The agent and the op on a line, the resource on the next.
     const parts = [];
     if (st.actorDid != null) parts.push(who(String(st.actorDid)));
-    parts.push(`<span class="op">${esc(ts.op)}</span>`);
-    if (st.resource != null) parts.push(`<code>${esc(st.resource)}</code>`);
+    parts.push(`<span class="v-op">${esc(ts.op)}</span>`);
     if (st.mode) parts.push(`<span class="muted">${esc(st.mode)}</span>`);
-    return parts.join(" ");
+    return `<div>${parts.join(" ")}</div>` + (st.resource != null ? `<div>${res(st.resource)}</div>` : "");
   }
   function render(steps, tr, ms) {
     const rows = [];
     let granted = 0, refused = 0;
     const MAX_ROWS = 1000; // a person reads no more; the transcript has all
+    const LONG_RUN = 24;   // more steps than this get a scrolling box
     tr.steps.forEach((ts, i) => {
       const st = steps[i];
       const v = verdict(st && typeof st === "object" ? st : {}, ts);
       if (v.kind === "granted") granted++;
       if (v.kind === "refused") refused++;
       if (i >= MAX_ROWS) return;
-      rows.push(`<tr class="v-${v.kind}" data-step="${i}"><td class="num">${i + 1}</td><td class="num">${esc(ts.atMs)}</td><td>${request(st, ts)}</td><td class="verdict">${v.badge}</td><td class="details">${v.details}</td></tr>`);
+      rows.push(`<tr class="v-${v.kind}" data-step="${i}"><td class="num">${i + 1}</td><td class="num">${esc(ts.atMs)}</td><td class="request">${request(st, ts)}</td><td class="verdict"><div>${v.badge}</div>${v.details ? `<div class="details">${v.details}</div>` : ""}</td></tr>`);
     });
-    if (tr.steps.length > MAX_ROWS) rows.push(`<tr><td colspan="5" class="muted">… and ${tr.steps.length - MAX_ROWS} more steps: see the transcript below.</td></tr>`);
+    if (tr.steps.length > MAX_ROWS) rows.push(`<tr><td colspan="4" class="muted">… and ${tr.steps.length - MAX_ROWS} more steps: see the transcript below.</td></tr>`);
     $("verdicts").tBodies[0].innerHTML = rows.join("");
+    // A short run's verdicts are all on the page; a long one's table has a
+    // box of its own, which says that it scrolls.
+    const wrap = $("verdicts").closest(".table-wrap");
+    wrap.classList.toggle("long", tr.steps.length > LONG_RUN);
+    const hint = $("verdicts-scrolls");
+    hint.hidden = !(wrap.scrollHeight > wrap.clientHeight + 1);
+    hint.textContent = `${Math.min(tr.steps.length, MAX_ROWS)} steps: the table scrolls, its first rows are in view.`;
     const evRows = [];
     for (const ts of tr.steps) for (const e of ts.events || []) {
       if (evRows.length === MAX_ROWS) { evRows.push(`<tr><td colspan="6" class="muted">… more events in the transcript below.</td></tr>`); }
       if (evRows.length > MAX_ROWS) break;
       const t = e.type.replace("coordination.", "");
       const d = e.trustDelta ? `<span class="${e.trustDelta > 0 ? "pos" : "neg"}">${e.trustDelta > 0 ? "+" : ""}${esc(e.trustDelta)}</span>` : `<span class="muted">0</span>`;
-      evRows.push(`<tr><td class="num">${esc(e.atMs)}</td><td><span class="ev ${t}">${esc(t)}</span></td><td><code>${esc(e.resource)}</code></td><td>${who(e.actorDid)}</td><td class="num">${esc(e.fence)}</td><td class="num">${d}</td></tr>`);
+      evRows.push(`<tr><td class="num">${esc(e.atMs)}</td><td><span class="ev ${t}">${esc(t)}</span></td><td>${res(e.resource)}</td><td>${who(e.actorDid)}</td><td class="num">${esc(e.fence)}</td><td class="num">${d}</td></tr>`);
     }
     $("events").tBodies[0].innerHTML = evRows.join("") || `<tr><td colspan="6" class="muted">No events.</td></tr>`;
     const trust = Object.entries(tr.trust || {});
@@ -515,7 +528,9 @@
         if (grants > MAX_RECEIPTS) return;
         let verdict;
         try { verdict = "✓ " + l.verify(e.receipt, sealed.verifier); checked++; } catch (err) { verdict = "✗ " + err.message; }
-        const row = $("verdicts").querySelector(`tr[data-step="${e.step}"] td.details`);
+        const cell = $("verdicts").querySelector(`tr[data-step="${e.step}"] td.verdict`);
+        let row = cell && cell.querySelector(".details");
+        if (cell && !row) { row = document.createElement("div"); row.className = "details"; cell.append(row); }
         if (row) row.insertAdjacentHTML("beforeend", chip("receipt", verdict.startsWith("✓") ? "✓ verified" : "✗ refused", verdict.startsWith("✓") ? "" : "warn"));
         parts.push(`<details class="receipt" data-step="${e.step}" data-lease="${esc(ev.leaseId)}"><summary>step ${e.step + 1} · <code>${esc(ev.leaseId)}</code> on <code>${esc(ev.resource)}</code> · <span class="${verdict.startsWith("✓") ? "pos" : "neg"}">${esc(verdict.slice(0, 2))}${verdict.startsWith("✓") ? "verified" : "refused"}</span></summary>` +
           `<pre class="code receipt-text" tabindex="0">${esc(e.receipt)}</pre><p class="muted">${esc(verdict)}</p></details>`);

@@ -5,7 +5,13 @@
 "use strict";
 (function () {
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
-  const short = (d) => window.lpShort(d);
+  // Short name of a DID: its last colon-separated part (the pages use it too).
+  window.lpShort = (did) => {
+    if (typeof did !== "string") return String(did);
+    const i = did.lastIndexOf(":");
+    return i >= 0 && i < did.length - 1 ? did.slice(i + 1) : did;
+  };
+  const short = window.lpShort;
 
   function niceStep(range) {
     const raw = range / 6;
@@ -89,9 +95,13 @@
     let nDead = 0, nHeld = 0, nLapse = 0;
     out.push(`<svg class="tl" viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-labelledby="${uid}-title ${uid}-desc" xmlns="http://www.w3.org/2000/svg" data-t0="${t0}" data-tend="${tEnd}" data-x0="${x0}" data-x1="${x1}">`);
     // Axis and grid.
-    const step = niceStep(tEnd - t0);
+    // Ticks far enough apart that their labels (about 6 px a character at
+    // this size) never touch.
+    let step = niceStep(tEnd - t0);
+    const tickW = (st) => Math.max(fmtMs(t0, st).length, fmtMs(tEnd, st).length) * 6.2 + 12;
+    while (x(t0 + step) - x(t0) < tickW(step)) step *= 2;
     const first = Math.ceil(t0 / step) * step;
-    out.push(`<g class="axis"><text x="10" y="${AXIS - 10}" text-anchor="start">resource · time (scenario clock)</text>`);
+    out.push(`<g class="axis"><text class="axis-caption" x="10" y="${AXIS - 10}" text-anchor="start">resource</text>`);
     for (let t = first; t <= tEnd; t += step) {
       const xx = x(t).toFixed(1);
       out.push(`<line class="grid" x1="${xx}" x2="${xx}" y1="${AXIS - 6}" y2="${H - 4}"/><text x="${xx}" y="${AXIS - 10}" text-anchor="middle">${esc(fmtMs(t, step))}</text>`);
