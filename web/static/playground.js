@@ -9,7 +9,7 @@
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
   const short = (d) => window.lpShort(d);
   const OPS = ["acquire", "release", "wait", "tick", "suspend", "resume", "forget"];
-  const FIELDS = { acquire: ["resource", "actorDid", "mode"], release: ["resource", "actorDid", "leaseId"], suspend: ["actorDid"], resume: ["actorDid"], forget: ["actorDid"], wait: [], tick: [] };
+  const FIELDS = { acquire: ["resource", "actorDid", "mode", "waitUpToMs"], release: ["resource", "actorDid", "leaseId"], suspend: ["actorDid"], resume: ["actorDid"], forget: ["actorDid"], wait: [], tick: [] };
   const jsonEl = $("json"), formEl = $("form"), exampleEl = $("example"), statusEl = $("status");
   // The page carries the default example only; the menu's scenarios are a
   // file of their own (hashed name, kept by the browser), fetched after the
@@ -154,10 +154,10 @@
     if ((s.steps || []).length > FORM_MAX) {
       tbody.append(el("tr", {}, el("td", { colspan: "7", class: "muted", text: `… and ${s.steps.length - FORM_MAX} more steps: edit them in the JSON.` })));
     }
-    const head = el("thead", {}, el("tr", {}, ...["#", "at ms", "op", "resource", "agent", "mode / lease id", ""].map((h) => el("th", { scope: "col", text: h }))));
+    const head = el("thead", {}, el("tr", {}, ...["#", "at ms", "op", "resource", "agent", "mode / lease id", "wait up to ms", ""].map((h) => el("th", { scope: "col", text: h }))));
     formEl.append(el("fieldset", { class: "fs" },
       el("legend", { text: `Steps (${(s.steps || []).length})` }),
-      el("div", { class: "steps-wrap" }, el("table", { class: "steps" }, el("colgroup", {}, ...["c-n", "c-at", "c-op", "c-res", "c-did", "c-x", "c-acts"].map((c) => el("col", { class: c }))), head, tbody)),
+      el("div", { class: "steps-wrap" }, el("table", { class: "steps" }, el("colgroup", {}, ...["c-n", "c-at", "c-op", "c-res", "c-did", "c-x", "c-wait", "c-acts"].map((c) => el("col", { class: c }))), head, tbody)),
       el("button", { type: "button", class: "small", id: "f-add-step", onclick: () => {
         const last = s.steps[s.steps.length - 1] || {};
         const at = (typeof last.atMs === "number" ? last.atMs : 900) + 100;
@@ -199,7 +199,7 @@
     const opSel = el("select", { id: `f-s${i}-op`, "aria-label": `Step ${i + 1} op`, onchange: (e) => {
       const nop = e.target.value;
       st.op = nop;
-      for (const f of ["resource", "actorDid", "mode", "leaseId"]) if (!FIELDS[nop].includes(f)) delete st[f];
+      for (const f of ["resource", "actorDid", "mode", "leaseId", "waitUpToMs"]) if (!FIELDS[nop].includes(f)) delete st[f];
       if (FIELDS[nop].includes("resource") && st.resource == null) st.resource = resourcesOf(s)[0] || "lock:deploy/production";
       if (FIELDS[nop].includes("actorDid") && st.actorDid == null) st.actorDid = agentsOf(s)[0] || "did:web:acme.example:agent:one";
       changed(true);
@@ -237,6 +237,13 @@
       el("td", {}, input("resource", { type: "text", list: "lp-resources", class: "res" })),
       el("td", {}, actorSel),
       el("td", {}, extra),
+      // An acquire may wait without polling: the kernel holds its ask.
+      el("td", {}, uses.includes("waitUpToMs") ? el("input", { id: `f-s${i}-waitUpToMs`, "aria-label": `Step ${i + 1} wait up to ms`, type: "number", min: "0", max: "30000", step: "100", class: "at wait",
+        placeholder: "no", value: st.waitUpToMs == null ? "" : String(st.waitUpToMs), oninput: (e) => {
+          const v = e.target.value;
+          if (v === "") delete st.waitUpToMs; else st.waitUpToMs = Number(v);
+          changed(false);
+        } }) : el("span", { class: "muted", text: "" })),
       el("td", { class: "acts" },
         el("button", { type: "button", class: "icon", id: `f-s${i}-up`, "aria-label": `Move step ${i + 1} up`, title: "Move up", onclick: move(-1), disabled: i === 0 }, "↑"),
         el("button", { type: "button", class: "icon", id: `f-s${i}-down`, "aria-label": `Move step ${i + 1} down`, title: "Move down", onclick: move(1), disabled: i === s.steps.length - 1 }, "↓"),
@@ -347,6 +354,10 @@
       }
       return { badge: `<span class="badge ${cls}">refused</span> <code class="reason">${esc(a.reason)}</code>`, details: d, kind: "refused" };
     }
+    if (ts.held) {
+      return { badge: `<span class="badge held">held</span> <code class="reason">${esc(ts.held)}</code>`, kind: "other",
+        details: chip("waits up to", esc(st.waitUpToMs) + " ms") + chip("answered", ts.answeredAt == null ? "not in this run" : `at step ${ts.answeredAt + 1}`) };
+    }
     if (op === "acquire" && a.lease) {
       const renewed = evs.some((e) => e.type === "coordination.renew");
       const l = a.lease;
@@ -392,9 +403,18 @@
     let granted = 0, refused = 0;
     const MAX_ROWS = 1000; // a person reads no more; the transcript has all
     const LONG_RUN = 24;   // more steps than this get a scrolling box
+    // Which step answered each held ask, and with what.
+    const asks = new Map();
+    tr.steps.forEach((ts, i) => { if (ts.held) asks.set(ts.held, i); });
+    tr.steps.forEach((ts, i) => { for (const x of ts.answers || []) if (asks.has(x.askId)) tr.steps[asks.get(x.askId)].answeredAt = i; });
     tr.steps.forEach((ts, i) => {
       const st = steps[i];
       const v = verdict(st && typeof st === "object" ? st : {}, ts);
+      for (const x of ts.answers || []) {
+        const ans = x.answer || {};
+        const from = asks.has(x.askId) ? ` (step ${asks.get(x.askId) + 1})` : "";
+        v.details += chip(`answers ${x.askId}${from}`, ans.ok ? `granted, fence ${esc(ans.lease && ans.lease.fence)}` : `refused ${esc(ans.reason)}`, ans.ok ? "" : "warn");
+      }
       if (v.kind === "granted") granted++;
       if (v.kind === "refused") refused++;
       if (i >= MAX_ROWS) return;

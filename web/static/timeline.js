@@ -36,6 +36,7 @@
     let t0 = Infinity, t1 = -Infinity;
     const leases = new Map();
     const marks = [];
+    const asks = new Map(); // held asks: from the step that made one to the one that answered it
     tsteps.forEach((ts, i) => {
       const s = steps[i] && typeof steps[i] === "object" ? steps[i] : {};
       const at = typeof ts.atMs === "number" ? ts.atMs : null;
@@ -56,6 +57,8 @@
           else if (l.end === null) { l.end = ev.atMs; l.endKind = type; }
         }
       }
+      if (ts.held && at !== null) asks.set(ts.held, { step: i, at, resource: s.resource, actor: s.actorDid, end: null });
+      for (const x of ts.answers || []) { const h = asks.get(x.askId); if (h && at !== null) { h.end = at; h.answer = x.answer; } }
       if (s.op === "acquire" && a.ok === false && at !== null && a.reason !== "invalid_request") {
         marks.push({ step: i, at, kind: a.reason, resource: s.resource, actor: s.actorDid, answer: a });
       }
@@ -145,6 +148,15 @@
       }
       out.push(`</g>`);
     });
+    // Held asks: a dashed line from the ask to its answer (or the end).
+    for (const h of asks.values()) {
+      const lane = laneOf.get(h.resource);
+      if (!lane) continue;
+      const hy = lane.y + PAD + Math.max(1, lane.subs.length) * SUB + 3;
+      const x1h = x(h.end === null ? tEnd : h.end);
+      const how = h.end === null ? "still waiting at the end" : `answered at ${h.end} ms: ${h.answer && h.answer.ok ? "granted" : "refused " + (h.answer && h.answer.reason)}`;
+      out.push(`<g class="ask" data-step="${h.step}"><title>${esc(`step ${h.step + 1}: ${h.actor} waits without polling from ${h.at} ms · ${how}`)}</title><line class="ask-line" x1="${x(h.at).toFixed(1)}" x2="${x1h.toFixed(1)}" y1="${hy}" y2="${hy}"/></g>`);
+    }
     // Refusal marks, drawn after the lanes so that deadlock arrows cross them.
     out.push(...late);
     const labelsAt = new Map();
