@@ -115,6 +115,8 @@ func referenceLive() []LiveExample {
 		{ID: "thundering-herd", Show: []int{1, 5, 50}, Lead: "Fifty workers ask to write a file the exporter is writing. The back-off doubles with the queue, 50, 100, 200, 400 and then 800 ms for everyone after, and only the first 8 waiters are admitted. Admitted waiters that keep to their back-off have a claim on the file: when the exporter lets go, it goes to the first of those 8 to ask again (worker-01 here), not to whoever happens to ask; a worker past the eighth, or one that stopped asking, yields to them.",
 			Checks: []Check{{1, "stampede.waitMs", "50"}, {2, "stampede.waitMs", "100"}, {3, "stampede.waitMs", "200"}, {4, "stampede.waitMs", "400"},
 				{5, "stampede.waitMs", "800"}, {50, "stampede.waitMs", "800"}, {50, "stampede.admitted.7", `"did:web:acme.example:agent:worker-08"`}}},
+		{ID: "herd-of-fifty-held", Show: []int{51, 52}, Lead: "The same herd, waiting without polling: each of the fifty workers asks once with waitUpToMs, and the kernel holds its ask instead of answering lease_held. No one asks again, so nothing is logged while they wait. When the holder releases, the release's own step answers the first held ask, worker-01's, with the lease at fence 2; the other forty-nine stay held, in queue order, and each release after that grants the next.",
+			Checks: []Check{{51, "nowMs", "1600"}, {52, "released", "true"}}},
 	}
 }
 

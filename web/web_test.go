@@ -197,8 +197,8 @@ func TestDocsClaimsHoldInTheKernel(t *testing.T) {
 	for _, r := range d.Recipes {
 		lives = append(lives, r.Live)
 	}
-	if len(lives) != 6 {
-		t.Fatalf("want 4 reference examples and 2 recipes, got %d live examples", len(lives))
+	if len(lives) != 7 {
+		t.Fatalf("want 5 examples (the four reference ones and the held herd) and 2 recipes, got %d live examples", len(lives))
 	}
 	for _, l := range lives {
 		tr, err := scenario.Replay(kernel.Native, []byte(l.Scenario))
@@ -285,8 +285,8 @@ func TestDocsHTML(t *testing.T) {
 	// Each live example carries the answers it must reproduce.
 	re := regexp.MustCompile(`(?s)<script id="([a-z-]+)-expected" type="application/json">(.*?)</script>`)
 	ms := re.FindAllStringSubmatch(html, -1)
-	if len(ms) != 6 {
-		t.Fatalf("docs carry %d expected-answer scripts, want 6", len(ms))
+	if len(ms) != 7 {
+		t.Fatalf("docs carry %d expected-answer scripts, want 7", len(ms))
 	}
 	for _, m := range ms {
 		var ex []expectedAnswer

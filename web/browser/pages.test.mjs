@@ -162,7 +162,7 @@ describe("served by leaseplane serve", () => {
     reqs.mark();
     await shot(page, "docs-top");
     const ids = await page.$$eval("[data-live]", (ss) => ss.map((s) => s.id));
-    assert.equal(ids.length, 6);
+    assert.equal(ids.length, 7);
     let runs = 0;
     for (const id of ids) {
       for (const how of ["click", "keyboard"]) {
@@ -173,6 +173,8 @@ describe("served by leaseplane serve", () => {
       }
     }
     assert.equal(await page.locator("#breaking-a-deadlock [data-live-out] svg .mark.deadlock").count(), 1, "the docs' run draws the deadlock");
+    // The herd that waits without polling: fifty held asks drawn as waits.
+    assert.equal(await page.locator("#herd-of-fifty-held [data-live-out] svg g.ask").count(), 50, "the held herd's waits");
     await page.locator("#breaking-a-deadlock").scrollIntoViewIfNeeded();
     await shot(page, "docs-breaking-a-deadlock");
     // An edited example shows every step of the edited run.

@@ -33,8 +33,10 @@
       const got = JSON.stringify(ts.answer, null, 2);
       const want = expected.find((x) => x.index === i);
       if (want && JSON.stringify(JSON.parse(want.answer)) !== JSON.stringify(ts.answer)) same = false;
-      const ok = ts.answer.ok === true;
-      blocks.push(`<div class="resp"><div class="resp-head">step ${i + 1} · ${esc(ts.op)} at ${esc(ts.atMs)} ms · <strong class="st ${ok ? "ok" : ts.answer.reason === "lease_held" || ts.answer.reason === "deadlock" ? "held" : "bad"}">${ok ? "ok" : esc(ts.answer.reason)}</strong></div><pre class="code" tabindex="0" data-step="${i}">${esc(got)}</pre></div>`);
+      // A held ask's step answers nothing yet (null): it says so.
+      const a = ts.answer || {}, ok = a.ok === true;
+      const word = ts.held ? "held " + ts.held : ok ? "ok" : a.reason;
+      blocks.push(`<div class="resp"><div class="resp-head">step ${i + 1} · ${esc(ts.op)} at ${esc(ts.atMs)} ms · <strong class="st ${ok ? "ok" : ts.held || a.reason === "lease_held" || a.reason === "deadlock" ? "held" : "bad"}">${esc(word)}</strong></div><pre class="code" tabindex="0" data-step="${i}">${esc(got)}</pre></div>`);
     }
     out.hidden = false;
     const verdict = edited ? `<p class="muted">Your edited scenario, every step:</p>`
