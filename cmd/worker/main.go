@@ -53,6 +53,8 @@ func handle(w http.ResponseWriter, r *http.Request) {
 		write(w, admin(r))
 	case strings.HasPrefix(path, "/api/v1/ledger/"):
 		write(w, ledgerRoute(r))
+	case path == api.PathWhoami || path == pathMetrics:
+		write(w, keyedGet(r, path))
 	default:
 		rt, ok := api.LeaseRoute(path)
 		if !ok {
@@ -128,6 +130,26 @@ func ledgerRoute(r *http.Request) reply {
 		}
 	}
 	return toObject(k.workspace, "/ledger/"+name+"?"+r.URL.RawQuery, nil, k.id)
+}
+
+// pathMetrics is a workspace's metrics (Prometheus text, from its object's
+// own counters); the server's /metrics is the whole plane's.
+const pathMetrics = "/metrics"
+
+// keyedGet answers GET whoami and metrics: the workspace's object answers
+// both for a key it holds (so a revoked key learns nothing either).
+func keyedGet(r *http.Request, path string) reply {
+	if r.Method != "GET" && r.Method != "HEAD" {
+		return refusal(405, "method_not_allowed", path+" takes GET, not "+r.Method)
+	}
+	k, rep, ok := requestKey(r)
+	if !ok {
+		return rep
+	}
+	if r.URL.RawQuery != "" {
+		return refusal(400, kernel.ReasonInvalid, path+" takes no query parameters")
+	}
+	return toObject(k.workspace, "/keyed"+strings.TrimPrefix(path, "/api/v1"), nil, k.id)
 }
 
 // requestKey checks r's bearer key: the key's record, or the refusal to

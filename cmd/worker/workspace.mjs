@@ -92,6 +92,7 @@ export class Workspace extends DurableObject {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.testClock = env.LEASEPLANE_TEST_CLOCK === "1";
+    this.counters = { commands: {}, logged: 0, alarms: 0, heldOpen: 0, heldAnswered: 0, ledgerFailures: 0 };
     ctx.blockConcurrencyWhile(async () => this.load());
   }
 
@@ -139,6 +140,33 @@ export class Workspace extends DurableObject {
     this.sinceSnapshot = this.sql.exec(`SELECT count(*) AS n FROM log`).one().n;
   }
 
+  // metrics answers this workspace's counters (since the object started)
+  // and sizes, as Prometheus text.
+  metrics() {
+    const c = this.counters;
+    const n = (q) => this.sql.exec(q).one().n;
+    const lines = [];
+    const metric = (name, type, help, samples) => {
+      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+      for (const [labels, v] of samples) lines.push(`${name}${labels} ${v}`);
+    };
+    metric("leaseplane_commands_total", "counter", "Commands this workspace's object applied since it started, by op.",
+      Object.keys(c.commands).sort().map((op) => [`{op="${op}"}`, c.commands[op]]));
+    metric("leaseplane_commands_logged_total", "counter", "Commands that changed the machine and were logged.", [["", c.logged]]);
+    metric("leaseplane_alarm_ticks_total", "counter", "Ticks sent by the object's alarm.", [["", c.alarms]]);
+    metric("leaseplane_held_requests", "gauge", "Lease requests held open now (waitUpToMs).", [["", c.heldOpen]]);
+    metric("leaseplane_held_requests_total", "counter", "Held lease requests answered.", [["", c.heldAnswered]]);
+    metric("leaseplane_ledger_write_failures_total", "counter", "Ledger writes that failed (caught up from the log).", [["", c.ledgerFailures]]);
+    metric("leaseplane_ledger_entries", "gauge", "Entries in the workspace's ledger.", [["", this.ledgerSize]]);
+    metric("leaseplane_log_commands", "gauge", "Commands in the log after the snapshot.", [["", n(`SELECT count(*) AS n FROM log`)]]);
+    metric("leaseplane_keys", "gauge", "Live keys of the workspace.", [["", this.keys.size]]);
+    metric("leaseplane_storage_bytes", "gauge", "The object's SQLite storage.", [["", this.ctx.storage.sql.databaseSize ?? 0]]);
+    return new Response(lines.join("\n") + "\n", {
+      status: 200,
+      headers: { "Content-Type": "text/plain; version=0.0.4; charset=utf-8", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store" },
+    });
+  }
+
   meta(k) {
     const row = this.sql.exec(`SELECT v FROM meta WHERE k = ?`, k).toArray()[0];
     return row ? row.v : null;
@@ -171,9 +199,17 @@ export class Workspace extends DurableObject {
     // Every route a key reaches is refused unless this workspace holds the
     // key's id: a revocation holds from its answer on.
     const keyId = req.headers.get("X-Leaseplane-Key-Id");
-    if ((path.startsWith("/op/") || path.startsWith("/ledger/")) && this.kernel !== null && !this.keys.has(keyId)) {
+    const keyed = path.startsWith("/op/") || path.startsWith("/ledger/") || path.startsWith("/keyed/");
+    if (keyed && this.kernel !== null && !this.keys.has(keyId)) {
       return refusal(401, "unauthorized", "unknown or revoked key");
     }
+    if (path === "/keyed/whoami" && this.kernel !== null) {
+      const k = this.keys.get(keyId);
+      const who = { ok: true, workspace: this.meta("name"), role: k.role };
+      if (k.role === "agent") who.actorDid = k.agent_did;
+      return json(200, who);
+    }
+    if (path === "/keyed/metrics" && this.kernel !== null) return this.metrics();
     if (path.startsWith("/op/")) {
       const op = path.slice(4);
       if (!OPS.has(op)) return refusal(404, "not_found", `no op ${op}`);
@@ -281,6 +317,7 @@ export class Workspace extends DurableObject {
   // machine is then rebuilt from storage).
   apply(op, body) {
     const now = this.now();
+    this.counters.commands[op] = (this.counters.commands[op] ?? 0) + 1;
     try {
       const res = this.kernel.apply(op, now, body);
       if (res.changed) this.record(op, now, body, res.events);
@@ -306,6 +343,16 @@ export class Workspace extends DurableObject {
   // and answers the grant or any other refusal at once, or the last
   // lease_held when the time is up. The front has checked N (0 to 30000).
   async held(body, waitUpToMs, keyId) {
+    this.counters.heldOpen++;
+    try {
+      return await this.holding(body, waitUpToMs, keyId);
+    } finally {
+      this.counters.heldOpen--;
+      this.counters.heldAnswered++;
+    }
+  }
+
+  async holding(body, waitUpToMs, keyId) {
     const deadline = Date.now() + waitUpToMs;
     for (;;) {
       if (!this.keys.has(keyId)) return refusal(401, "unauthorized", "unknown or revoked key");
@@ -328,6 +375,7 @@ export class Workspace extends DurableObject {
 
   record(op, now, body, events) {
     this.seq++;
+    this.counters.logged++;
     this.sql.exec(`INSERT INTO log (seq, op, now_ms, body, version, semantics, events) VALUES (?, ?, ?, ?, ?, ?, ?)`,
       this.seq, op, now, blob(body), this.version, this.semantics, blob(events));
     if (now > this.last) {
@@ -373,6 +421,7 @@ export class Workspace extends DurableObject {
       }
     } catch (err) {
       console.error("workspace: the ledger is behind the log:", err && err.message);
+      this.counters.ledgerFailures++;
       this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
       this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
       this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
@@ -517,6 +566,7 @@ export class Workspace extends DurableObject {
     if (this.kernel === null) return;
     this.catchUp();
     this.alarmAt = null;
+    this.counters.alarms++;
     this.apply("tick", EMPTY);
     if (this.alarmAt === null && this.kernel) this.schedule();
   }

@@ -213,6 +213,60 @@ test("a creation whose first key was never made can be sent again", async () => 
   assert.equal(none.status, 404, await none.text());
 });
 
+test("whoami says what a key is; a revoked key learns nothing", async () => {
+  const w = await call("/api/v1/whoami", keyA, null, { method: "GET" });
+  assert.equal(w.status, 200, w.text);
+  assert.deepEqual(w.json, { ok: true, workspace: "acme", role: "workspace" });
+  const me = "did:web:a.example:agent:whoami";
+  const agent = await createKey(base, ADMIN, "acme", "agent", me);
+  const a = await call("/api/v1/whoami", agent.key, null, { method: "GET" });
+  assert.deepEqual(a.json, { ok: true, workspace: "acme", role: "agent", actorDid: me });
+  await objectJSON("acme", `/keys/revoke?id=${agent.id}`, { method: "POST" });
+  assert.equal((await call("/api/v1/whoami", agent.key, null, { method: "GET" })).status, 401);
+  assert.equal((await call("/api/v1/whoami", null, null, { method: "GET" })).status, 401);
+});
+
+test("/metrics counts the workspace's commands and held requests from its object", async () => {
+  const key = await createWorkspace(base, ADMIN, "metered");
+  const metrics = async () => {
+    const res = await fetch(`${base}/metrics`, { headers: { ...fresh, Authorization: `Bearer ${key}` } });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get("content-type"), /^text\/plain/);
+    const out = {};
+    for (const line of (await res.text()).split("\n")) {
+      const m = /^(leaseplane_[a-z_]+(?:\{[^}]*\})?) (\d+)$/.exec(line);
+      if (m) out[m[1]] = Number(m[2]);
+    }
+    return out;
+  };
+  const m0 = await metrics();
+  assert.equal(m0.leaseplane_commands_logged_total, 0);
+  const a = "did:web:a.example:agent:m-a", b = "did:web:a.example:agent:m-b";
+  for (let i = 0; i < 3; i++) assert.equal((await acquire(key, "lock:m", a)).status, 200);
+  const m1 = await metrics();
+  assert.equal(m1['leaseplane_commands_total{op="acquire"}'], 3);
+  assert.equal(m1.leaseplane_commands_logged_total, 3, "the grant and two renewals are logged");
+  assert.equal(m1.leaseplane_ledger_entries, 3);
+  assert.equal((await call(`${WAIT}`, key, null, { method: "GET" })).status, 200);
+  assert.equal((await metrics())['leaseplane_commands_total{op="wait"}'], 1);
+  // One request held behind a's lease.
+  const held = call(`${LEASE}?waitUpToMs=20000`, key, { resource: "lock:m", actorDid: b });
+  let m2;
+  for (let i = 0; i < 100; i++) {
+    m2 = await metrics();
+    if (m2.leaseplane_held_requests === 1) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(m2.leaseplane_held_requests, 1);
+  assert.equal((await release(key, "lock:m", a)).status, 200);
+  const got = await held;
+  assert.equal(got.status, 200, got.text);
+  const m4 = await metrics();
+  assert.equal(m4.leaseplane_held_requests, 0);
+  assert.equal(m4.leaseplane_held_requests_total, 1);
+  assert.equal(m4.leaseplane_keys, 1);
+});
+
 test("403: an agent key naming another agent; suspend without an operator key", async () => {
   const me = "did:web:a.example:agent:keyed";
   const { key } = await createKey(base, ADMIN, "acme", "agent", me);
