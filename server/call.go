@@ -190,6 +190,7 @@ func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply
 	e, hit := s.keys.entries[key]
 	s.keys.mu.RUnlock()
 	if hit && e.epoch == epoch && now.Sub(e.checked) < s.cfg.KeyCacheTTL && now.Sub(e.checked) >= 0 {
+		markAuthenticated(ctx)
 		return e.key, reply{}, true
 	}
 	k, found, err := s.store.LookupKey(ctx, key)
@@ -211,6 +212,7 @@ func (s *Server) authenticate(ctx context.Context, key string) (store.Key, reply
 	}
 	s.keys.entries[key] = keyEntry{key: k, checked: now, epoch: epoch}
 	s.keys.mu.Unlock()
+	markAuthenticated(ctx)
 	return k, reply{}, true
 }
 
@@ -245,6 +247,9 @@ func (s *Server) syncKeyEpoch(ctx context.Context) error {
 		s.keys.mu.Lock()
 		clear(s.keys.entries)
 		s.keys.mu.Unlock()
+		// The requests held for a revoked key end now, before the
+		// revocation is acknowledged.
+		s.endRevokedHeld(ctx)
 	}
 	if applied < epoch {
 		return s.store.AckKeyEpoch(epoch)

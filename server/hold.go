@@ -33,7 +33,12 @@ func (s *Server) CallWaiting(ctx context.Context, key string, body []byte, waitU
 	}
 	k, r, ok := s.authenticateLive(ctx, key)
 	if ok {
-		r = s.callHeld(ctx, k, body, waitUpTo)
+		var done func()
+		var hctx context.Context
+		if hctx, done, r, ok = s.hold(ctx, k); ok {
+			r = s.afterHeld(hctx, k, s.callHeld(hctx, k, body, waitUpTo))
+			done()
+		}
 	}
 	return r.status, r.answer, nil
 }

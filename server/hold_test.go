@@ -198,7 +198,7 @@ func TestHeldRequestGrantedOnLapse(t *testing.T) {
 }
 
 // When the time is up the last lease_held is answered; a deadlock is
-// answered at once; shutting down answers what is held.
+// answered at once; shutting down answers what is held 503.
 func TestHeldRequestEnds(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())
 	for _, l := range [][2]string{{"lock:a", "did:example:a"}, {"lock:b", "did:example:b"}} {
@@ -226,8 +226,8 @@ func TestHeldRequestEnds(t *testing.T) {
 	if err := ts.s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-res; r.status != 409 || field(t, r.body, "reason") != kernel.ReasonLeaseHeld {
-		t.Fatalf("held request at shutdown: %d %s; want its last refusal", r.status, r.body)
+	if r := <-res; r.status != 503 || field(t, r.body, "reason") != ReasonUnavailable {
+		t.Fatalf("held request at shutdown: %d %s; want 503 unavailable", r.status, r.body)
 	}
 }
 

@@ -163,7 +163,14 @@ func (s *Server) leaseRoute(rt api.Route) keyHandler {
 				return fromAPI(api.BadQuery(err))
 			}
 			if held {
-				return s.callHeld(r.Context(), k, body, time.Duration(ms)*time.Millisecond)
+				// Capped plane-wide and per key, and ended by the key's
+				// revocation, whatever holds the request (heldcap.go).
+				ctx, done, refused, ok := s.hold(r.Context(), k)
+				if !ok {
+					return refused
+				}
+				defer done()
+				return s.afterHeld(ctx, k, s.callHeld(ctx, k, body, time.Duration(ms)*time.Millisecond))
 			}
 			// Until the server answers held asks from the kernel's Ready, a
 			// held request is the query parameter's.

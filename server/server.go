@@ -69,6 +69,34 @@ type Config struct {
 	// MaxConns bounds the connections served at once; further ones wait
 	// in the operating system's queue. 0 means DefaultMaxConns.
 	MaxConns int
+	// UnauthConns bounds the connections open at once that have not yet
+	// presented a valid key (a share of MaxConns: when it is full, a new
+	// connection takes the place of the oldest one of the address that
+	// holds the most). 0 means MaxConns/4; it is at most MaxConns/2.
+	UnauthConns int
+	// UnauthConnsPerAddr bounds those from one source address (further
+	// ones are closed at once). 0 means DefaultUnauthPerAddr.
+	UnauthConnsPerAddr int
+	// HeaderTimeout bounds how long a request's headers may take to
+	// arrive; 0 means DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
+	// IdleTimeout bounds how long an authenticated keep-alive connection
+	// may wait for its next request; 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// UnauthTimeout bounds every read on a connection that has not
+	// presented a valid key (the idle wait for a next request included);
+	// 0 means DefaultUnauthTimeout.
+	UnauthTimeout time.Duration
+	// WriteTimeout bounds each write to a connection (a client that stops
+	// reading its answers is cut off after it); 0 means
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// MaxHeld bounds the held requests (lease ?waitUpToMs=N, MCP held
+	// acquires) open at once in the plane: 429 limit_exceeded with limit
+	// heldRequests past it. 0 means MaxConns/2; it is below MaxConns.
+	MaxHeld int
+	// MaxHeldPerKey bounds those of one key; 0 means DefaultMaxHeldPerKey.
+	MaxHeldPerKey int
 	// SnapshotEvery is how many logged commands of a workspace go between
 	// snapshots; 0 means 1000.
 	SnapshotEvery int
@@ -137,6 +165,8 @@ type Server struct {
 	events  *eventSink
 	clock   *planeClock
 	bodies  bodyGuard
+	conns   *connGuard
+	held    heldRequests
 	ledger  *ledger.Ledger // nil when Config.NoLedger
 	hub     eventHub       // the events streams (events.go)
 
@@ -186,6 +216,17 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	orDefault(&cfg.BodyTimeout, DefaultBodyTimeout)
 	orDefault(&cfg.MaxConns, DefaultMaxConns)
+	orDefault(&cfg.UnauthConns, max(1, cfg.MaxConns/defaultUnauthFraction))
+	cfg.UnauthConns = min(cfg.UnauthConns, max(1, cfg.MaxConns/2))
+	orDefault(&cfg.UnauthConnsPerAddr, DefaultUnauthPerAddr)
+	cfg.UnauthConnsPerAddr = min(cfg.UnauthConnsPerAddr, cfg.UnauthConns)
+	orDefault(&cfg.MaxHeld, max(1, cfg.MaxConns/defaultHeldFraction))
+	cfg.MaxHeld = min(cfg.MaxHeld, max(1, cfg.MaxConns-1))
+	orDefault(&cfg.MaxHeldPerKey, DefaultMaxHeldPerKey)
+	orDefault(&cfg.HeaderTimeout, DefaultHeaderTimeout)
+	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&cfg.UnauthTimeout, DefaultUnauthTimeout)
+	orDefault(&cfg.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&cfg.SnapshotEvery, 1000)
 	orDefault(&cfg.KeyCacheTTL, 2*time.Second)
 	orDefault(&cfg.KeyPoll, DefaultKeyPoll)
@@ -248,6 +289,8 @@ func New(cfg Config) (*Server, error) {
 	s.keys.entries = map[string]keyEntry{}
 	s.hub.wss = map[int64]*wsEvents{}
 	s.bodies.reading = map[*guardedBody]struct{}{}
+	s.held = heldRequests{max: cfg.MaxHeld, maxPerKey: cfg.MaxHeldPerKey, perKey: map[string]int{}, open: map[*heldSlot]struct{}{}}
+	s.conns = newConnGuard(cfg.MaxConns, cfg.UnauthConns, cfg.UnauthConnsPerAddr, cfg.UnauthTimeout, cfg.WriteTimeout)
 	s.metrics = newMetrics(s)
 	s.commit = newCommitter(s)
 	s.snaps = newSnapshotter(s)
@@ -312,8 +355,10 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve answers HTTP on ln until Shutdown; it returns nil after Shutdown.
-// At most Config.MaxConns connections are served at once; request headers
-// must arrive within 10 s and bodies within Config.BodyTimeout.
+// At most Config.MaxConns connections are served at once, at most
+// Config.UnauthConns of them without a valid key (see connGuard); request
+// headers must arrive within Config.HeaderTimeout and bodies within
+// Config.BodyTimeout.
 func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, nil) }
 
 // ServeTLS is Serve over TLS with cert (the certificate and its chain).
@@ -322,11 +367,12 @@ func (s *Server) ServeTLS(ln net.Listener, cert tls.Certificate) error {
 }
 
 func (s *Server) serve(ln net.Listener, tc *tls.Config) error {
-	ln = newLimitListener(ln, s.cfg.MaxConns)
+	ln = &guardListener{Listener: ln, g: s.conns, closed: make(chan struct{})}
 	hs := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ConnContext:       withConn,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.httpMu.Lock()

@@ -79,6 +79,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (and its chain); needs --tls-key")
 	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
+	maxConns := fs.Int("max-conns", server.DefaultMaxConns, "connections served at once; further ones wait in the operating system's queue")
+	unauthConns := fs.Int("unauth-conns", 0, "of those, connections open at once that have not presented a valid key (0: a quarter of --max-conns; at most half)")
+	unauthPerAddr := fs.Int("unauth-conns-per-addr", server.DefaultUnauthPerAddr, "of those, connections from one source address (further ones are closed at once)")
+	maxHeld := fs.Int("max-held", 0, "held lease requests (?waitUpToMs=N, MCP) open at once in the plane, 429 past it (0: half of --max-conns; below it)")
+	maxHeldPerKey := fs.Int("max-held-per-key", server.DefaultMaxHeldPerKey, "held lease requests open at once per key, 429 past it")
+	headerTimeout := fs.Duration("header-timeout", server.DefaultHeaderTimeout, "how long a request's headers may take to arrive")
+	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "how long a request's body may take to arrive (408 after it)")
+	idleTimeout := fs.Duration("idle-timeout", server.DefaultIdleTimeout, "how long an authenticated keep-alive connection may wait for its next request")
+	unauthTimeout := fs.Duration("unauth-timeout", server.DefaultUnauthTimeout, "the longest any read may wait on a connection that has not presented a valid key (its idle wait included)")
+	writeTimeout := fs.Duration("write-timeout", server.DefaultWriteTimeout, "how long each write to a client may take (a client that stops reading is cut off)")
+	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long requests under way may take to finish before their connections are closed")
 	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file, from its start until it stops (read it with go tool pprof)")
 	fs.Usage = func() {
@@ -91,6 +102,34 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "leaseplane serve: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
+		return 2
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-conns", *maxConns}, {"unauth-conns", *unauthConns}, {"unauth-conns-per-addr", *unauthPerAddr},
+		{"max-held", *maxHeld}, {"max-held-per-key", *maxHeldPerKey}} {
+		if f.v < 0 || f.v == 0 && f.name != "unauth-conns" && f.name != "max-held" {
+			fmt.Fprintf(stderr, "leaseplane serve: --%s %d: want a number above 0\n", f.name, f.v)
+			return 2
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"header-timeout", *headerTimeout}, {"body-timeout", *bodyTimeout}, {"idle-timeout", *idleTimeout},
+		{"unauth-timeout", *unauthTimeout}, {"write-timeout", *writeTimeout}, {"drain-timeout", *drainTimeout}} {
+		if f.v <= 0 {
+			fmt.Fprintf(stderr, "leaseplane serve: --%s %s: want a duration above 0\n", f.name, f.v)
+			return 2
+		}
+	}
+	if *unauthConns > *maxConns/2 {
+		fmt.Fprintf(stderr, "leaseplane serve: --unauth-conns %d: at most half of --max-conns (%d), so that connections without a key never take those tenants need\n", *unauthConns, *maxConns)
+		return 2
+	}
+	if *maxHeld >= *maxConns {
+		fmt.Fprintf(stderr, "leaseplane serve: --max-held %d: must be below --max-conns (%d), so that held requests never take every connection\n", *maxHeld, *maxConns)
 		return 2
 	}
 	if *retention < 0 || (*retention > 0 && *noLedger) {
@@ -168,6 +207,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		NoLedger:        *noLedger,
 		PublicHost:      *publicHost,
 		LedgerRetention: *retention,
+
+		MaxConns:           *maxConns,
+		UnauthConns:        *unauthConns,
+		UnauthConnsPerAddr: *unauthPerAddr,
+		HeaderTimeout:      *headerTimeout,
+		BodyTimeout:        *bodyTimeout,
+		IdleTimeout:        *idleTimeout,
+		UnauthTimeout:      *unauthTimeout,
+		WriteTimeout:       *writeTimeout,
+		MaxHeld:            *maxHeld,
+		MaxHeldPerKey:      *maxHeldPerKey,
 	}
 	switch *testFault {
 	case "":
@@ -198,7 +248,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		return 1
 	}
 	shutdown := func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
 			logger.Error("shutdown", "err", err)

@@ -1,0 +1,474 @@
+package main
+
+// Availability attacks against the real binary: an attacker from
+// 127.0.0.2 (and the addresses after it) that needs no key, a tenant from
+// 127.0.0.1 that must still be served. The tests count what was answered;
+// their only clocks are generous watchdogs against a hang.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leaseplane/leaseplane/server/servertest"
+)
+
+// watchdog bounds every wait of these tests: far above what any answer
+// takes on a loaded machine, so that only a hang trips it.
+const watchdog = 60 * time.Second
+
+// startChildArgs runs the binary on data with the extra serve flags args.
+func startChildArgs(t *testing.T, data string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(servertest.Binary(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-level", "error"}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if c.url, c.key = servertest.ReadServeStart(out); c.url == "" {
+		t.Fatalf("serve printed no URL")
+	}
+	go io.Copy(io.Discard, out)
+	return c
+}
+
+// dialFrom opens a TCP connection to the server at url from the local
+// address ip (127.0.0.2 for the attacker).
+func dialFrom(ip, url string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: timeout}
+	return d.Dial("tcp", strings.TrimPrefix(url, "http://"))
+}
+
+// tenantClient is an HTTP client from 127.0.0.1; keepAlive false opens a
+// fresh connection for every request.
+func tenantClient(keepAlive bool) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, Timeout: watchdog}
+	return &http.Client{Timeout: watchdog, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: !keepAlive}}
+}
+
+// answerAndClose reads one response from c and then waits for the
+// server to close c; it says what went wrong, or "".
+func answerAndClose(c net.Conn) (status int, problem string) {
+	c.SetReadDeadline(time.Now().Add(watchdog))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return 0, "no answer: " + err.Error()
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := br.ReadByte(); err == nil {
+		return resp.StatusCode, "more bytes after the answer"
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return resp.StatusCode, "answered, but the connection is still open"
+	}
+	return resp.StatusCode, ""
+}
+
+// TestStalledBodies sends, on every route, headers that announce a body of
+// 100 bytes and then only its first byte, without a key, with a made-up
+// key and with a valid one: each must be answered and its connection
+// closed by the server (a refusal before the body is read is never
+// followed by a read of the rest).
+func TestStalledBodies(t *testing.T) {
+	data := t.TempDir()
+	c := startChildArgs(t, data)
+	op := keysCLI(t, "create", "--data", data, "--workspace", "default", "--operator")
+	routes := []string{
+		"POST /api/v1/acp/coordination/lease", "POST /api/v1/acp/coordination/release", "GET /api/v1/acp/coordination/wait",
+		"POST /api/v1/acp/operator/suspend", "POST /api/v1/acp/operator/resume", "POST /api/v1/acp/operator/forget",
+		"POST /mcp", "POST /api/v1/drills/run", "PUT /api/v1/drills/cadence", "POST /api/v1/detection/run",
+		"POST /api/v1/ledger/exported", "GET /api/v1/ledger/entries", "POST /api/v1/nope", "GET /api/v1/whoami",
+		"POST /healthz", "GET /metrics", "POST /playground",
+	}
+	keys := map[string]string{"no key": "", "a made-up key": "lp_bogus", "a valid key": op}
+	type probe struct {
+		what string
+		conn net.Conn
+	}
+	var probes []probe
+	for _, r := range routes {
+		for kind, key := range keys {
+			// A few from each address: one address may hold only its share.
+			conn, err := dialFrom(fmt.Sprintf("127.0.0.%d", 2+len(probes)/4), c.url, watchdog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			method, path, _ := strings.Cut(r, " ")
+			auth := ""
+			if key != "" {
+				auth = "Authorization: Bearer " + key + "\r\n"
+			}
+			fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", method, path, auth)
+			probes = append(probes, probe{r + " with " + kind, conn})
+		}
+	}
+	var wg sync.WaitGroup
+	problems := make([]string, len(probes))
+	for i, p := range probes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if st, pr := answerAndClose(p.conn); pr != "" {
+				problems[i] = fmt.Sprintf("%s: %d %s", p.what, st, pr)
+			}
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	for _, p := range problems {
+		if p != "" {
+			failed++
+			t.Error(p)
+		}
+	}
+	t.Logf("%d stalled bodies, %d answered and closed", len(probes), len(probes)-failed)
+}
+
+// attacker holds sockets against url from the addresses 127.0.0.2 and
+// after, each slot doing one kind of harm and opening a new socket when
+// the server closes its own, until stop is called.
+type attacker struct {
+	url     string
+	addrs   int
+	opened  atomic.Int64 // connections the server accepted (dial succeeded)
+	open    atomic.Int64 // open now, from the attacker's side
+	maxOpen atomic.Int64
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+}
+
+// attackKinds are what a slot does once connected: nothing; half a
+// request line; a lease's headers with a made-up key and one byte of its
+// body; a POST to an unknown route without a key and one byte of body;
+// a /healthz answered, then the connection kept open idle.
+var attackKinds = []string{"idle", "silent", "stalled-bogus-key", "stalled-no-key", "keep-alive-idle"}
+
+func (a *attacker) start(slots int) {
+	for i := range slots {
+		a.wg.Add(1)
+		go a.slot(i)
+	}
+}
+
+func (a *attacker) slot(i int) {
+	defer a.wg.Done()
+	ip := fmt.Sprintf("127.0.0.%d", 2+i%a.addrs)
+	kind := attackKinds[(i/a.addrs)%len(attackKinds)]
+	for !a.stopped.Load() {
+		c, err := dialFrom(ip, a.url, 10*time.Second)
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		a.opened.Add(1)
+		if n := a.open.Add(1); n > a.maxOpen.Load() {
+			a.maxOpen.Store(n) // racy maximum: good enough for a figure
+		}
+		switch kind {
+		case "silent":
+			io.WriteString(c, "GET /api/v1/acp/coordination/wait HT")
+		case "stalled-bogus-key":
+			io.WriteString(c, "POST /api/v1/acp/coordination/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer lp_bogus\r\nContent-Length: 100\r\n\r\n{")
+		case "stalled-no-key":
+			io.WriteString(c, "POST /api/v1/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+		case "keep-alive-idle":
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		// Read until the server closes it (or stop closes it below).
+		done := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, c)
+			close(done)
+		}()
+		for wait := true; wait; {
+			select {
+			case <-done:
+				wait = false
+			case <-time.After(200 * time.Millisecond):
+				if a.stopped.Load() {
+					c.Close()
+					<-done
+					wait = false
+				}
+			}
+		}
+		c.Close()
+		a.open.Add(-1)
+		time.Sleep(500 * time.Millisecond) // a new socket, at a pace this machine can bear
+	}
+}
+
+func (a *attacker) stop() {
+	a.stopped.Store(true)
+	a.wg.Wait()
+}
+
+// tenantRounds has a tenant do n lease-and-release pairs on fresh
+// connections and n on one kept-alive connection, and counts the answers
+// it got (any status below 500).
+func tenantRounds(t *testing.T, url, key string, n int) (answered int) {
+	t.Helper()
+	for _, keep := range []bool{false, true} {
+		hc := tenantClient(keep)
+		for i := range n {
+			for _, path := range []string{"/api/v1/acp/coordination/lease", "/api/v1/acp/coordination/release"} {
+				req, _ := http.NewRequest("POST", url+path, strings.NewReader(fmt.Sprintf(`{"resource":"lock:tenant/%d","actorDid":"did:example:tenant"}`, i)))
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Logf("tenant %s (keep-alive %v): %v", path, keep, err)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode < 500 {
+					answered++
+				}
+			}
+		}
+		hc.CloseIdleConnections()
+	}
+	return answered
+}
+
+// TestConnectionsWithoutKey fills the plane with sockets that present no
+// valid key (idle, silent, stalled bodies, idle keep-alive), from ten
+// addresses, ten times the budget the plane gives such connections (a
+// quarter of its 1024): a tenant of another workspace must still get
+// every answer.
+func TestConnectionsWithoutKey(t *testing.T) {
+	data := t.TempDir()
+	c := startChildArgs(t, data)
+	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant")
+	const budget = 1024 / 4
+	a := &attacker{url: c.url, addrs: 10}
+	a.start(10 * budget)
+	defer a.stop()
+	// Let the attacker take what it can before the tenant asks.
+	for a.opened.Load() < 10*budget {
+		time.Sleep(100 * time.Millisecond)
+	}
+	const n = 20
+	answered := tenantRounds(t, c.url, tenant, n)
+	resp, err := tenantClient(false).Get(c.url + "/healthz")
+	if err == nil {
+		resp.Body.Close()
+	}
+	t.Logf("attacker: %d sockets opened, %d open at most at once (its side); tenant: %d of %d answered; /healthz: %v",
+		a.opened.Load(), a.maxOpen.Load(), answered, 4*n, errors.Join(err))
+	if answered != 4*n || err != nil {
+		t.Fatalf("the tenant got %d answers of %d while the attacker held sockets without a key (healthz: %v)", answered, 4*n, err)
+	}
+}
+
+// heldOutcome is what a held request came to.
+type heldOutcome struct {
+	status int
+	body   string
+	err    error
+}
+
+// heldAsk sends a held lease request (?waitUpToMs=30000) for actor on
+// resource with key; its outcome goes to out once answered (or failed).
+func heldAsk(hc *http.Client, url, key, resource, actor string, out chan<- heldOutcome) {
+	req, _ := http.NewRequest("POST", url+"/api/v1/acp/coordination/lease?waitUpToMs=30000",
+		strings.NewReader(`{"resource":"`+resource+`","actorDid":"`+actor+`"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := hc.Do(req)
+	if err != nil {
+		out <- heldOutcome{err: err}
+		return
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	out <- heldOutcome{status: resp.StatusCode, body: string(b), err: err}
+}
+
+// TestHeldRequestFlood: one agent key asks 1,300 held requests on a
+// resource another agent holds. Past its cap (32 a key) they are refused
+// 429 limit_exceeded heldRequests; those within it stay held; a tenant of
+// another workspace is served meanwhile.
+func TestHeldRequestFlood(t *testing.T) {
+	data := t.TempDir()
+	c := startChildArgs(t, data)
+	holder := keysCLI(t, "create", "--data", data, "--workspace", "default")
+	flood := keysCLI(t, "create", "--data", data, "--workspace", "default", "--agent", didCost)
+	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant")
+	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", holder, `{"resource":"lock:flood","actorDid":"`+didRelease+`"}`); a.status != 200 {
+		t.Fatalf("holder: %d %s", a.status, a.raw)
+	}
+	const n, perKey = 1300, 32
+	out := make(chan heldOutcome, n)
+	// The flood comes from 127.0.0.2 over at most 48 connections at a
+	// time (under the 64 an address may open before presenting its key):
+	// its 429s come back on the connections that are not held.
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: watchdog}
+	hc := &http.Client{Timeout: 2 * watchdog, Transport: &http.Transport{DialContext: d.DialContext, MaxConnsPerHost: 48, MaxIdleConnsPerHost: 48}}
+	defer hc.CloseIdleConnections()
+	for range n {
+		go heldAsk(hc, c.url, flood, "lock:flood", didCost, out)
+	}
+	// Every request past the cap is refused at once; the rest wait.
+	refused, granted, other := 0, 0, 0
+	for refused+granted+other < n-perKey {
+		select {
+		case o := <-out:
+			switch {
+			case o.status == 429 && strings.Contains(o.body, `"limit":"heldRequests"`):
+				refused++
+			case o.status == 200:
+				granted++
+			default:
+				other++
+				t.Logf("held request: %d %s %v", o.status, o.body, o.err)
+			}
+		case <-time.After(watchdog):
+			t.Fatalf("after %d refused, %d answered, %d failed, no more answers: the rest are all held (cap %d a key)", refused, granted, other, perKey)
+		}
+	}
+	answered := tenantRounds(t, c.url, tenant, 5)
+	t.Logf("held requests: %d refused 429 heldRequests, %d answered otherwise, %d failed; tenant: %d of %d answered", refused, granted, other, answered, 20)
+	if answered != 20 || refused != n-perKey {
+		t.Fatalf("tenant answered %d of 20; %d refused heldRequests (want %d)", answered, refused, n-perKey)
+	}
+}
+
+// untilWaiter polls wait until actor waits on some resource (a watchdog
+// bounds it).
+func untilWaiter(t *testing.T, url, key, actor string) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < watchdog; time.Sleep(20 * time.Millisecond) {
+		if a := e2eDo(t, "GET", url+"/api/v1/acp/coordination/wait", key, ""); strings.Contains(string(a.raw), `"actorDid":"`+actor+`"`) {
+			return
+		}
+	}
+	t.Fatalf("%s never became a waiter", actor)
+}
+
+// TestHeldAcrossRevocation: an agent's held request ends 401 as soon as
+// its key is revoked, and is not granted when the resource frees after.
+func TestHeldAcrossRevocation(t *testing.T) {
+	data := t.TempDir()
+	c := startChildArgs(t, data)
+	ws := keysCLI(t, "create", "--data", data, "--workspace", "default")
+	agent := keysCLI(t, "create", "--data", data, "--workspace", "default", "--agent", didCost)
+	lease := c.url + "/api/v1/acp/coordination/lease"
+	if a := e2eDo(t, "POST", lease, ws, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
+		t.Fatalf("holder: %d %s", a.status, a.raw)
+	}
+	out := make(chan heldOutcome, 1)
+	go heldAsk(tenantClient(false), c.url, agent, "lock:r", didCost, out)
+	untilWaiter(t, c.url, ws, didCost)
+	keysCLI(t, "revoke", "--data", data, agent)
+	// Free the resource: a request still held would be granted now.
+	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/release", ws, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
+		t.Fatalf("release: %d %s", a.status, a.raw)
+	}
+	var o heldOutcome
+	select {
+	case o = <-out:
+	case <-time.After(watchdog):
+		t.Fatal("the held request of a revoked key was never answered")
+	}
+	w := e2eDo(t, "GET", c.url+"/api/v1/acp/coordination/wait", ws, "")
+	t.Logf("held request after its key's revocation: %d %s; wait: %s", o.status, o.body, w.raw)
+	if o.status != 401 || !strings.Contains(o.body, `"unauthorized"`) {
+		t.Fatalf("held request after its key's revocation: %d %s %v; want 401 unauthorized", o.status, o.body, o.err)
+	}
+	if strings.Contains(string(w.raw), `"holder":"`+didCost+`"`) {
+		t.Fatalf("the revoked key's agent holds the lease: %s", w.raw)
+	}
+}
+
+// TestShutdownWithHeldAndStalled: SIGTERM with held requests and 200
+// stalled sockets (half-sent headers, stalled bodies with a valid key,
+// idle keep-alive connections, a client that reads no answer) answers
+// every held client 503, and the process exits well before its drain
+// timeout (10 minutes here) would have let it.
+func TestShutdownWithHeldAndStalled(t *testing.T) {
+	data := t.TempDir()
+	c := startChildArgs(t, data, "--drain-timeout", "10m")
+	ws := keysCLI(t, "create", "--data", data, "--workspace", "default")
+	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", ws, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
+		t.Fatalf("holder: %d %s", a.status, a.raw)
+	}
+	const held = 20
+	out := make(chan heldOutcome, held)
+	hc := tenantClient(true)
+	for i := range held {
+		go heldAsk(hc, c.url, ws, "lock:r", fmt.Sprintf("did:example:w%d", i), out)
+	}
+	for i := range held {
+		untilWaiter(t, c.url, ws, fmt.Sprintf("did:example:w%d", i))
+	}
+	for i := range 200 {
+		conn, err := dialFrom(fmt.Sprintf("127.0.0.%d", 2+i/40), c.url, watchdog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		switch i % 4 {
+		case 0:
+			io.WriteString(conn, "GET /api/v1/acp/coordination/wait HTTP/1.1\r\nHost: x\r\nAuthor")
+		case 1:
+			fmt.Fprintf(conn, "POST /api/v1/acp/coordination/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", ws)
+		case 2:
+			fmt.Fprintf(conn, "GET /api/v1/acp/coordination/wait HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", ws)
+			http.ReadResponse(bufio.NewReader(conn), nil)
+		case 3:
+			// Many requests, no answer read: the server's writes stall.
+			for range 200 {
+				fmt.Fprintf(conn, "GET /api/v1/acp/coordination/wait HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", ws)
+			}
+		}
+	}
+	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- c.cmd.Wait() }()
+	var unavailable, otherwise int
+	for range held {
+		select {
+		case o := <-out:
+			if o.status == 503 && strings.Contains(o.body, `"unavailable"`) {
+				unavailable++
+			} else {
+				otherwise++
+				t.Logf("held client at shutdown: %d %s %v", o.status, o.body, o.err)
+			}
+		case <-time.After(2 * watchdog):
+			t.Fatalf("held clients: %d answered 503, %d otherwise, the rest never", unavailable, otherwise)
+		}
+	}
+	select {
+	case err := <-exited:
+		t.Logf("held clients: %d answered 503, %d otherwise; the process exited (%v)", unavailable, otherwise, err)
+		if err != nil {
+			t.Errorf("serve exited: %v", err)
+		}
+	case <-time.After(2 * watchdog):
+		t.Fatal("serve is still draining stalled sockets")
+	}
+	if unavailable != held {
+		t.Fatalf("%d of %d held clients answered 503", unavailable, held)
+	}
+}
