@@ -53,6 +53,7 @@ func (ts *testServer) checkpointOf(vkey string) kledger.Checkpoint {
 func TestLedgerRetention(t *testing.T) {
 	ts := newRetentionServer(t)
 	agentKey := ts.newKey(store.RoleAgent, "did:example:one", 1)
+	opKey := ts.newKey(store.RoleOperator, "", 1)
 	vkey := ts.verifierKey()
 	grant := func(res, actor string) string {
 		t.Helper()
@@ -69,8 +70,8 @@ func TestLedgerRetention(t *testing.T) {
 	ts.ledgerWait()
 	first := ts.checkpointOf(vkey) // covers the grant and the release: size 2
 
-	// Recording an export: a workspace or operator key, a size the ledger
-	// has and the root of that tree.
+	// Recording an export: an operator key, a size the ledger has and the
+	// root of that tree.
 	mark := func(key string, size int64, root string) (int, []byte) {
 		st, _, b := ts.do("POST", "/api/v1/ledger/exported?size="+strconv.FormatInt(size, 10)+"&root="+url.QueryEscape(root), key, "")
 		return st, b
@@ -84,10 +85,11 @@ func TestLedgerRetention(t *testing.T) {
 		want   string
 	}{
 		{"agent key", agentKey, first.Size, first.Root.String(), 403, `"reason":"forbidden"`},
-		{"wrong root", ts.key, first.Size, kledger.Hash{}.String(), 400, `"parameter":"root"`},
-		{"past the end", ts.key, first.Size + 5, first.Root.String(), 400, `"parameter":"size"`},
-		{"bad root", ts.key, first.Size, "nope", 400, `"parameter":"root"`},
-		{"the export", ts.key, first.Size, first.Root.String(), 200, `"exported":2`},
+		{"workspace key", ts.key, first.Size, first.Root.String(), 403, `"reason":"forbidden"`},
+		{"wrong root", opKey, first.Size, kledger.Hash{}.String(), 400, `"parameter":"root"`},
+		{"past the end", opKey, first.Size + 5, first.Root.String(), 400, `"parameter":"size"`},
+		{"bad root", opKey, first.Size, "nope", 400, `"parameter":"root"`},
+		{"the export", opKey, first.Size, first.Root.String(), 200, `"exported":2`},
 	} {
 		if st, b := mark(tc.key, tc.size, tc.root); st != tc.status || !strings.Contains(string(b), tc.want) {
 			t.Errorf("%s: %d %s, want %d with %s", tc.name, st, b, tc.status, tc.want)

@@ -12,7 +12,8 @@ import (
 // api.LedgerRoutes behind authed (GET for any key of the workspace: a
 // ledger is readable by everyone its workspace trusts to lease; POST
 // exported, which records an export and lets retention drop entry bodies,
-// for a workspace or operator key), and 404 for any other path there.
+// for an operator key only: the root it needs is public in every
+// checkpoint), and 404 for any other path there.
 func (s *Server) ledgerRoutes() http.Handler {
 	hs := map[string]http.Handler{}
 	for _, rt := range api.LedgerRoutes {

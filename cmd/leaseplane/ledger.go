@@ -229,7 +229,7 @@ func fetchBundle(ctx context.Context, c *client.Client) (bundle []byte, vkey str
 }
 
 func ledgerExport(args []string, stdout, stderr io.Writer) int {
-	fs := ledgerFlags("export", "export --url URL [--out FILE] [--no-mark]   (the key is LEASEPLANE_KEY)", stderr)
+	fs := ledgerFlags("export", "export --url URL [--out FILE] [--no-mark]   (the key is LEASEPLANE_KEY; marking the export needs an operator key)", stderr)
 	u := fs.String("url", "", "the plane (default LEASEPLANE_URL, else "+defaultURL+")")
 	out := fs.String("out", "-", "where to write the bundle (- for stdout)")
 	noMark := fs.Bool("no-mark", false, "do not tell the plane the entries were exported (then its --ledger-retention never drops them on this export's account)")

@@ -83,7 +83,14 @@ func TestLedgerCLI(t *testing.T) {
 		t.Fatalf("watch again: %d %s %s", code, out, errs)
 	}
 	bundle := filepath.Join(dir, "bundle.json")
-	if code, out, errs = runBin(t, env, "ledger", "export", "--out", bundle); code != 0 || !strings.Contains(errs, `recorded by the plane as exported: {"ok":true,"exported":`) {
+	// A workspace key exports but may not mark: only an operator says what
+	// was exported (the mark lets retention drop bodies).
+	if code, out, errs = runBin(t, env, "ledger", "export", "--out", bundle); code != 0 || !strings.Contains(errs, `the export was not recorded by the plane: 403`) {
+		t.Fatalf("export with a workspace key: %d %s %s", code, out, errs)
+	}
+	op := keysCLI(t, "create", "--data", data, "--workspace", "default", "--operator")
+	opEnv := []string{"LEASEPLANE_URL=" + c.url, "LEASEPLANE_KEY=" + op}
+	if code, out, errs = runBin(t, opEnv, "ledger", "export", "--out", bundle); code != 0 || !strings.Contains(errs, `recorded by the plane as exported: {"ok":true,"exported":`) {
 		t.Fatalf("export: %d %s %s", code, out, errs)
 	}
 	code, out, errs = runBin(t, nil, "verify", "--key", vkey, bundle)

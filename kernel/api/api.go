@@ -116,7 +116,7 @@ var LedgerRoutes = []Route{
 	{Method: "GET", Path: PathLedger + "proof", Query: []string{"index", "size"}, What: PathLedger + "proof"},
 	{Method: "GET", Path: PathLedger + "consistency", Query: []string{"from", "to"}, What: PathLedger + "consistency"},
 	{Method: "GET", Path: PathLedger + "receipt", Query: []string{"leaseId"}, What: PathLedger + "receipt"},
-	{Method: "POST", Path: PathLedger + ledgerExported, Access: NoAgentKey, Query: []string{"size", "root"}, What: ledgerExportedAction},
+	{Method: "POST", Path: PathLedger + ledgerExported, Access: OperatorKey, Query: []string{"size", "root"}, What: ledgerExportedAction},
 }
 
 // LeaseRoute is the lease route at path.
