@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -470,5 +471,140 @@ func TestShutdownWithHeldAndStalled(t *testing.T) {
 	}
 	if unavailable != held {
 		t.Fatalf("%d of %d held clients answered 503", unavailable, held)
+	}
+}
+
+// TestExportMarkNeedsOperator: a workspace key cannot set the export mark
+// (the root it needs is in every public checkpoint), so retention cannot
+// be made to drop what nobody exported; an operator key can.
+func TestExportMarkNeedsOperator(t *testing.T) {
+	data := t.TempDir()
+	c := startChildArgs(t, data, "--ledger-retention", "1ms")
+	ws := keysCLI(t, "create", "--data", data, "--workspace", "default")
+	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", ws, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
+		t.Fatalf("lease: %d %s", a.status, a.raw)
+	}
+	var size, root string
+	for start := time.Now(); size == "" || size == "0"; time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > watchdog {
+			t.Fatal("the ledger never signed the grant")
+		}
+		cp := e2eDo(t, "GET", c.url+"/api/v1/ledger/checkpoint", ws, "")
+		if lines := strings.Split(string(cp.raw), "\n"); len(lines) > 2 {
+			size, root = lines[1], lines[2]
+		}
+	}
+	mark := c.url + "/api/v1/ledger/exported?size=" + size + "&root=" + strings.NewReplacer("+", "%2B", "/", "%2F", "=", "%3D").Replace(root)
+	a := e2eDo(t, "POST", mark, ws, "")
+	t.Logf("the export mark with a workspace key, from the public checkpoint: %d %s", a.status, a.raw)
+	if a.status != 403 || a.str("reason") != "forbidden" {
+		t.Fatalf("the export mark with a workspace key: %d %s; want 403 forbidden", a.status, a.raw)
+	}
+	op := keysCLI(t, "create", "--data", data, "--workspace", "default", "--operator")
+	if a := e2eDo(t, "POST", mark, op, ""); a.status != 200 {
+		t.Fatalf("the export mark with an operator key: %d %s", a.status, a.raw)
+	}
+}
+
+// TestMCPStdioMalformedLines feeds `leaseplane mcp` (the real binary, on
+// stdio, forwarding to a running plane) lines that are not JSON-RPC
+// messages among real calls: each is answered with its JSON-RPC error, the
+// session goes on, and every call is answered, the one sent before the
+// bad lines included.
+func TestMCPStdioMalformedLines(t *testing.T) {
+	data := t.TempDir()
+	c := startChildArgs(t, data)
+	cmd := exec.Command(servertest.Binary(t), "mcp")
+	cmd.Env = append(os.Environ(), "LEASEPLANE_URL="+c.url, "LEASEPLANE_KEY="+c.key)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	call := func(id int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"coordination.lease.acquire","arguments":{"resource":"lock:mcp/%d","actorDid":"did:example:mcp"}}}`, id, id)
+	}
+	bad := []struct {
+		name, line string
+		code       int
+	}{
+		{"not JSON", "this is not json", -32700},
+		{"invalid UTF-8", "{\"jsonrpc\":\"2.0\",\"id\":90,\"method\":\"tools/list\",\"x\":\"\xff\xfe\"}", -32700},
+		{"an empty batch", "[]", -32600},
+		{"5,000 deep", strings.Repeat("[", 5000) + strings.Repeat("]", 5000), -32600},
+		{"2 MiB", `{"jsonrpc":"2.0","id":91,"method":"tools/list","params":{"x":"` + strings.Repeat("a", 2<<20) + `"}}`, -32600},
+		{"a number", "42", -32600},
+		{"no jsonrpc member", `{"id":92,"method":"tools/list"}`, -32600},
+	}
+	go func() {
+		io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`+"\n")
+		io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+		io.WriteString(stdin, call(2)+"\n")
+		for i, b := range bad {
+			io.WriteString(stdin, b.line+"\n")
+			io.WriteString(stdin, call(10+i)+"\n")
+		}
+		stdin.Close()
+	}()
+	answered := map[int]bool{}
+	var codes []int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var m struct {
+				ID     *int            `json:"id"`
+				Result json.RawMessage `json:"result"`
+				Error  *struct {
+					Code int `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("an answer that is not JSON: %v: %s", err, sc.Bytes())
+				continue
+			}
+			switch {
+			case m.Error != nil && (m.ID == nil || *m.ID >= 90):
+				codes = append(codes, m.Error.Code)
+			case m.ID != nil && m.Result != nil:
+				answered[*m.ID] = true
+			default:
+				t.Errorf("unexpected answer: %s", sc.Bytes())
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * watchdog):
+		t.Fatal("leaseplane mcp never finished its answers")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("leaseplane mcp exited: %v", err)
+	}
+	t.Logf("error codes answered: %v; calls answered: %d of %d", codes, len(answered), 2+len(bad))
+	for i, b := range bad {
+		if i >= len(codes) || codes[i] != b.code {
+			t.Errorf("%s: want error %d, got the codes %v", b.name, b.code, codes)
+		}
+	}
+	for _, id := range append([]int{1, 2}, func() (ids []int) {
+		for i := range bad {
+			ids = append(ids, 10+i)
+		}
+		return ids
+	}()...) {
+		if !answered[id] {
+			t.Errorf("call %d was not answered", id)
+		}
 	}
 }

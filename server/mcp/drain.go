@@ -27,6 +27,7 @@ type drain struct {
 	r io.ReadCloser
 	w io.WriteCloser
 
+	writeMu sync.Mutex // one message a write: the SDK's and writeLine's
 	mu      sync.Mutex
 	pending map[string]bool
 	idle    chan struct{} // closed when pending empties, if someone waits
@@ -134,8 +135,18 @@ func (d *drain) wait() {
 	}
 }
 
+// writeLine writes one line of its own (an error answer to a line the
+// SDK never saw), between the SDK's messages.
+func (d *drain) writeLine(b []byte) {
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	d.w.Write(b)
+}
+
 func (d *drain) Write(p []byte) (int, error) {
+	d.writeMu.Lock()
 	n, err := d.w.Write(p)
+	d.writeMu.Unlock()
 	d.mu.Lock()
 	d.out.feed(p[:n], func(line []byte) {
 		for _, m := range messages(line) {
