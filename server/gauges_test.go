@@ -6,17 +6,25 @@ import (
 	"testing"
 )
 
-// TestWorkspaceGauges: /metrics shows what each workspace's machine holds,
-// and the counts fall back once what was live is released (memory follows
-// what is live).
+// TestWorkspaceGauges: /metrics with the metrics token shows what each
+// workspace's machine holds, and the counts fall back once what was live
+// is released (memory follows what is live); without the token (or with a
+// workspace key) it names no workspace.
 func TestWorkspaceGauges(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())
+	ts.s.cfg.MetricsToken = "metrics-token"
 	ts.lease("lock:a", "did:example:one")
+	for _, key := range []string{"", ts.key, "metrics-token-not"} {
+		st, _, b := ts.do("GET", "/metrics", key, "")
+		if st != 200 || strings.Contains(string(b), "workspace=") || strings.Contains(string(b), `"default"`) {
+			t.Fatalf("/metrics with key %q: %d, names a workspace:\n%.2000s", key, st, b)
+		}
+	}
 	ts.lease("lock:b", "did:example:one")
 	ts.lease("lock:a", "did:example:two") // a waiter
 	gauges := func() string {
 		t.Helper()
-		st, _, b := ts.do("GET", "/metrics", "", "")
+		st, _, b := ts.do("GET", "/metrics", "metrics-token", "")
 		if st != 200 {
 			t.Fatalf("/metrics: %d", st)
 		}

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/ledger"
@@ -42,7 +40,7 @@ func (s *Server) routes() {
 		writeReply(w, fromAPI(api.NotFound(r.URL.Path, api.RouteList)))
 	}))
 	s.mux.HandleFunc("/healthz", s.healthz)
-	s.mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	s.mux.Handle("/metrics", s.metricsHandler())
 }
 
 // RouteWhoami tells a key's holder what the key is: its workspace, its

@@ -2,14 +2,18 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/httparg"
 	"github.com/leaseplane/leaseplane/server/ledger"
 )
 
@@ -17,6 +21,10 @@ import (
 // that several servers can live in one process (tests).
 type metrics struct {
 	reg *prometheus.Registry
+	// perWorkspace holds the series labelled with workspace names, served
+	// only to a scrape allowed to see them (Config.MetricsWorkspaces,
+	// Config.MetricsToken).
+	perWorkspace *prometheus.Registry
 
 	requests       *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
@@ -46,7 +54,8 @@ var secondBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:          prometheus.NewRegistry(),
+		perWorkspace: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leaseplane_requests_total",
 			Help: "Lease commands answered, by operation and HTTP status.",
@@ -78,7 +87,6 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.commitSeconds, m.commitBatch, m.commitFailures,
 		m.commitDropped, m.eventsWritten, m.eventsDropped, m.alarms, m.reloads, m.workspaces,
-		newWorkspaceGauges(s),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "leaseplane_info",
@@ -114,7 +122,32 @@ func newMetrics(s *Server) *metrics {
 			}
 			return float64(n)
 		}))
+	m.perWorkspace.MustRegister(newWorkspaceGauges(s))
 	return m
+}
+
+// metricsHandler answers /metrics: the plane-wide series to anyone (no key:
+// a scraper has none), and the series labelled with workspace names only
+// when Config.MetricsWorkspaces is set or the scrape sends
+// Authorization: Bearer with Config.MetricsToken, so that nobody without
+// a key learns which workspaces the plane holds.
+func (s *Server) metricsHandler() http.Handler {
+	public := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+	all := promhttp.HandlerFor(prometheus.Gatherers{s.metrics.reg, s.metrics.perWorkspace}, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.MetricsWorkspaces {
+			all.ServeHTTP(w, r)
+			return
+		}
+		if s.cfg.MetricsToken != "" {
+			if tok, ok := httparg.BearerKey(r.Header.Get("Authorization")); ok &&
+				subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.MetricsToken)) == 1 {
+				all.ServeHTTP(w, r)
+				return
+			}
+		}
+		public.ServeHTTP(w, r)
+	})
 }
 
 // counter is a plain counter of the server's.

@@ -97,6 +97,13 @@ type Config struct {
 	MaxHeld int
 	// MaxHeldPerKey bounds those of one key; 0 means DefaultMaxHeldPerKey.
 	MaxHeldPerKey int
+	// MetricsWorkspaces serves the series labelled with workspace names on
+	// /metrics to everyone (for a plane whose port only the operator's
+	// scraper reaches); otherwise only to a scrape with MetricsToken.
+	MetricsWorkspaces bool
+	// MetricsToken, when set, is a bearer token that lets a scrape of
+	// /metrics see the series labelled with workspace names.
+	MetricsToken string
 	// SnapshotEvery is how many logged commands of a workspace go between
 	// snapshots; 0 means 1000.
 	SnapshotEvery int

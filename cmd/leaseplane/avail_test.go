@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -606,5 +608,57 @@ func TestMCPStdioMalformedLines(t *testing.T) {
 		if !answered[id] {
 			t.Errorf("call %d was not answered", id)
 		}
+	}
+}
+
+// TestMetricsAndModes: /metrics without the metrics token names no
+// workspace (with it, the per-workspace series are there); the data
+// folder is 0700 and every file in it 0600, even in a folder made 0755
+// with a database file 0644 before the plane first ran.
+func TestMetricsAndModes(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "leaseplane.db"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("a-metrics-token-of-some-length\n"), 0o600)
+	c := startChildArgs(t, data, "--metrics-token-file", tokenFile)
+	secret := keysCLI(t, "create", "--data", data, "--workspace", "secret-tenant-name")
+	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", secret, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
+		t.Fatalf("lease: %d %s", a.status, a.raw)
+	}
+	for _, key := range []string{"", secret, "a-metrics-token-of-some-lengtx"} {
+		m := e2eDo(t, "GET", c.url+"/metrics", key, "")
+		if m.status != 200 || bytes.Contains(m.raw, []byte("secret-tenant-name")) || bytes.Contains(m.raw, []byte(`workspace="default"`)) {
+			t.Errorf("/metrics with key %q: %d, names a workspace", key, m.status)
+		}
+	}
+	m := e2eDo(t, "GET", c.url+"/metrics", "a-metrics-token-of-some-length", "")
+	if !bytes.Contains(m.raw, []byte(`leaseplane_workspace_leases{workspace="secret-tenant-name"} 1`)) {
+		t.Errorf("/metrics with the metrics token lacks the workspace's series: %.3000s", m.raw)
+	}
+	var modes []string
+	filepath.WalkDir(data, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile (a -shm or -journal file)
+		}
+		allowed := os.FileMode(0o600)
+		if d.IsDir() {
+			allowed = 0o700
+		}
+		if fi.Mode().Perm()&^allowed != 0 {
+			modes = append(modes, fmt.Sprintf("%s %v", p, fi.Mode().Perm()))
+		}
+		return nil
+	})
+	if len(modes) > 0 {
+		t.Fatalf("readable by others in the data folder: %v", modes)
 	}
 }

@@ -79,6 +79,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (and its chain); needs --tls-key")
 	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
+	metricsWorkspaces := fs.Bool("metrics-workspaces", false, "show the series labelled with workspace names on /metrics to every scrape (for a port only your scraper reaches); without it only to a scrape with --metrics-token-file's token")
+	metricsTokenFile := fs.String("metrics-token-file", "", "a file holding a token; a scrape of /metrics with Authorization: Bearer TOKEN also gets the series labelled with workspace names")
 	maxConns := fs.Int("max-conns", server.DefaultMaxConns, "connections served at once; further ones wait in the operating system's queue")
 	unauthConns := fs.Int("unauth-conns", 0, "of those, connections open at once that have not presented a valid key (0: a quarter of --max-conns; at most half)")
 	unauthPerAddr := fs.Int("unauth-conns-per-addr", server.DefaultUnauthPerAddr, "of those, connections from one source address (further ones are closed at once)")
@@ -135,6 +137,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	if *retention < 0 || (*retention > 0 && *noLedger) {
 		fmt.Fprintf(stderr, "leaseplane serve: --ledger-retention %s: want a duration of 0 or more, and a ledger (not with --no-ledger)\n", *retention)
 		return 2
+	}
+	var metricsToken string
+	if *metricsTokenFile != "" {
+		b, err := os.ReadFile(*metricsTokenFile)
+		if metricsToken = strings.TrimSpace(string(b)); err != nil || len(metricsToken) < 16 {
+			fmt.Fprintf(stderr, "leaseplane serve: --metrics-token-file %s: want a file holding a token of 16 characters or more (%v)\n", *metricsTokenFile, err)
+			return 2
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -218,6 +228,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		WriteTimeout:       *writeTimeout,
 		MaxHeld:            *maxHeld,
 		MaxHeldPerKey:      *maxHeldPerKey,
+		MetricsWorkspaces:  *metricsWorkspaces,
+		MetricsToken:       metricsToken,
 	}
 	switch *testFault {
 	case "":

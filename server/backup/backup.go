@@ -46,6 +46,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -94,7 +95,8 @@ func Take(ctx context.Context, dataDir, out string, now func() time.Time) (Manif
 		return Manifest{}, fmt.Errorf("backup: %s exists; a backup goes into a new folder", out)
 	}
 	parent := filepath.Dir(filepath.Clean(out))
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".partial-")
+	removePartials(parent)
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+partialInfix)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("backup: make a folder beside %s: %w", out, err)
 	}
@@ -104,6 +106,9 @@ func Take(ctx context.Context, dataDir, out string, now func() time.Time) (Manif
 			os.RemoveAll(tmp)
 		}
 	}()
+	if err := writeNew(filepath.Join(tmp, partialMark), strings.NewReader(strconv.Itoa(os.Getpid()))); err != nil {
+		return Manifest{}, fmt.Errorf("backup: %w", err)
+	}
 	m := Manifest{Format: Format, TakenAtMs: now().UnixMilli()}
 	st, err := store.Open(dataDir, store.Options{})
 	if err != nil {
@@ -129,6 +134,9 @@ func Take(ctx context.Context, dataDir, out string, now func() time.Time) (Manif
 	if err := writeNew(filepath.Join(tmp, ManifestName), bytes.NewReader(append(b, '\n'))); err != nil {
 		return Manifest{}, fmt.Errorf("backup: write the manifest: %w", err)
 	}
+	if err := os.Remove(filepath.Join(tmp, partialMark)); err != nil {
+		return Manifest{}, fmt.Errorf("backup: %w", err)
+	}
 	syncDir(tmp)
 	if err := os.Rename(tmp, out); err != nil {
 		return Manifest{}, fmt.Errorf("backup: name the backup %s: %w", out, err)
@@ -136,6 +144,39 @@ func Take(ctx context.Context, dataDir, out string, now func() time.Time) (Manif
 	done = true
 	syncDir(parent)
 	return m, nil
+}
+
+// A backup is written into a hidden folder beside its destination,
+// ".OUT.partial-N", holding partialMark (the writing process's id) until
+// it is complete and renamed. A backup killed on the way leaves it, with
+// copies of the key hashes and signing keys: the next backup or restore
+// beside it removes it.
+const (
+	partialInfix = ".partial-"
+	partialMark  = ".leaseplane-partial"
+)
+
+// removePartials removes the partial backup folders in dir that no live
+// process is still writing.
+func removePartials(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), partialInfix) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(filepath.Join(p, partialMark))
+		if err != nil {
+			continue // not one of ours, or not ours to judge
+		}
+		if pid, err := strconv.Atoi(string(b)); err == nil && pid != os.Getpid() && alive(pid) {
+			continue // another backup is writing it now
+		}
+		os.RemoveAll(p)
+	}
 }
 
 // copyKeys copies the signing keys (mode 0600, in a folder of mode 0700).
@@ -173,6 +214,9 @@ func listFiles(dir string) ([]File, error) {
 		rel, err := filepath.Rel(dir, path)
 		if err != nil {
 			return err
+		}
+		if rel == partialMark {
+			return nil // removed before the rename
 		}
 		size, sum, err := hashFile(path)
 		if err != nil {
@@ -350,6 +394,7 @@ func isDataFile(name string) bool {
 // Restore puts the backup in dir into the data folder dataDir, which must
 // be empty or missing (or hold only a data folder's files, with Force).
 func Restore(ctx context.Context, dir, dataDir string, opts Options) (Report, error) {
+	removePartials(filepath.Dir(filepath.Clean(dir)))
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return Report{}, err

@@ -208,6 +208,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: create data directory: %w", err)
 	}
+	if err := private(dir, 0o700); err != nil {
+		return nil, err
+	}
 	// The files and their settings: the log and the keys (foreign keys
 	// on), events (a best-effort record, synchronous NORMAL), the ledger
 	// (rebuilt from the log: synchronous NORMAL, made durable by SyncLedger)
@@ -229,6 +232,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	for _, f := range files {
 		path := filepath.Join(dir, f.name)
+		// Made 0600 before SQLite opens it: its -wal and -shm files take
+		// the database file's mode.
+		if err := privateFile(path); err != nil {
+			closeAll()
+			return nil, err
+		}
 		d, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"+f.pragmas+"&_txlock=immediate"+cachePragma)
 		if err != nil {
 			closeAll()
@@ -245,6 +254,38 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// private narrows the mode of path to mode when it allows more (a data
+// folder made 0755 by an older release, or by hand): the folder holds key
+// hashes and the ledger's signing keys.
+func private(path string, mode os.FileMode) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if fi.Mode().Perm()&^mode != 0 {
+		if err := os.Chmod(path, fi.Mode().Perm()&mode); err != nil {
+			return fmt.Errorf("store: make %s readable by its owner only: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// privateFile creates the file path with mode 0600 when it is missing, and
+// narrows it and its -wal and -shm files to 0600 when they allow more.
+func privateFile(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: create %s: %w", path, err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := private(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Store) init() error {
