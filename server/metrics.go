@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseplane/leaseplane/kernel"
-	"github.com/leaseplane/leaseplane/server/httparg"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/ledger"
 )
 
@@ -140,7 +140,7 @@ func (s *Server) metricsHandler() http.Handler {
 			return
 		}
 		if s.cfg.MetricsToken != "" {
-			if tok, ok := httparg.BearerKey(r.Header.Get("Authorization")); ok &&
+			if tok, ok := api.BearerKey(r.Header.Get("Authorization")); ok &&
 				subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.MetricsToken)) == 1 {
 				all.ServeHTTP(w, r)
 				return

@@ -662,3 +662,24 @@ func TestMetricsAndModes(t *testing.T) {
 		t.Fatalf("readable by others in the data folder: %v", modes)
 	}
 }
+
+// TestProductBinaryHasNoTestFaults: go build ./cmd/leaseplane gives a
+// serve without --test-fault or --test-drills (they refuse as unknown
+// flags); only a binary built with the test faults' tag has them.
+func TestProductBinaryHasNoTestFaults(t *testing.T) {
+	help := func(bin string, args ...string) (int, string) {
+		cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	_, out := help(servertest.Binary(t), "--help")
+	if strings.Contains(out, "test-fault") || strings.Contains(out, "test-drills") || strings.Contains(out, "grant-twice") {
+		t.Errorf("serve --help of the product binary offers test faults:\n%s", out)
+	}
+	if code, out := help(servertest.Binary(t), "--test-fault", "grant-twice", "--data", t.TempDir()); code != 2 || !strings.Contains(out, "flag provided but not defined: -test-fault") {
+		t.Errorf("serve --test-fault grant-twice on the product binary: exit %d: %s", code, out)
+	}
+	if _, out := help(servertest.TestBinary(t), "--help"); !strings.Contains(out, "--test-fault") || !strings.Contains(out, "--test-drills") {
+		t.Errorf("serve --help of the test binary lacks the test faults:\n%s", out)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +46,12 @@ func envOr(name, def string) string {
 	return def
 }
 
+// testFaults, when set, adds serve's test-only flags (--test-fault,
+// --test-drills) and returns what applies them: only in a binary built
+// with the tag leaseplane_testfaults and in this package's tests
+// (package testfaults), never in the product binary.
+var testFaults func(fs *flag.FlagSet) func(*server.Config, io.Writer) bool
+
 // serveEnv is what the process gives serve: the real clock and timers, the
 // signals that stop it. Tests give their own.
 type serveEnv struct {
@@ -76,7 +81,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	publicHost := fs.String("public-host", "", "public host name put in front of the ledger origins of workspaces made from now on (HOST/leaseplane/W)")
 	mcpNames := fs.String("mcp-tool-names", mcp.NamesDotted, "how /mcp's tools/list spells the tools: dotted (coordination.lease.acquire) or underscore (coordination_lease_acquire, for Claude Desktop, Codex, Copilot); tools/call takes both")
 	rules := fs.String("rules", "", `rules of the workspace a first start creates, e.g. {"readShared":["file:"]} (later ones: keys create --rules)`)
-	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (and its chain); needs --tls-key")
 	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
 	metricsWorkspaces := fs.Bool("metrics-workspaces", false, "show the series labelled with workspace names on /metrics to every scrape (for a port only your scraper reaches); without it only to a scrape with --metrics-token-file's token")
@@ -92,8 +96,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	unauthTimeout := fs.Duration("unauth-timeout", server.DefaultUnauthTimeout, "the longest any read may wait on a connection that has not presented a valid key (its idle wait included)")
 	writeTimeout := fs.Duration("write-timeout", server.DefaultWriteTimeout, "how long each write to a client may take (a client that stops reading is cut off)")
 	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long requests under way may take to finish before their connections are closed")
-	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file, from its start until it stops (read it with go tool pprof)")
+	var applyTestFaults func(*server.Config, io.Writer) bool
+	if testFaults != nil {
+		applyTestFaults = testFaults(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: leaseplane serve [--addr 127.0.0.1:8080] [--data ./data] [--engine native|wasm]")
 		printFlags(fs)
@@ -231,28 +238,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 		MetricsWorkspaces:  *metricsWorkspaces,
 		MetricsToken:       metricsToken,
 	}
-	switch *testFault {
-	case "":
-	case "no-alarms":
-		cfg.DisableAlarms = true
-	case "wrong-deadlock":
-		cfg.Engine = faulty(factory, wrongDeadlock)
-	case "fail-commits":
-		cfg.CommitFault = failSomeCommits
-	case "grant-twice":
-		cfg.Engine = faulty(factory, grantTwice)
-	default:
-		fmt.Fprintf(stderr, "leaseplane serve: --test-fault %q: want no-alarms, wrong-deadlock, fail-commits or grant-twice\n", *testFault)
+	if applyTestFaults != nil && !applyTestFaults(&cfg, stderr) {
 		return 2
-	}
-	if *drillSet != "" {
-		cfg.DrillNames = strings.Split(*drillSet, ",")
-		for _, n := range cfg.DrillNames {
-			if !slices.Contains(server.DrillNames, n) {
-				fmt.Fprintf(stderr, "leaseplane serve: --test-drills: no drill %q (have %s)\n", n, strings.Join(server.DrillNames, ", "))
-				return 2
-			}
-		}
 	}
 	srv, err := server.New(cfg)
 	if err != nil {

@@ -2,7 +2,8 @@
 // single copy of the kernel would be, while it is killed and its commits
 // fail: its tests run the real leaseplane binary, drive it with concurrent
 // clients over REST, SIGKILL and restart it at random moments with a
-// failpoint failing some commits (serve --test-fault fail-commits), and
+// failpoint failing some commits (serve --test-fault fail-commits, in a
+// binary built with the test faults' build tag: servertest.TestBinary), and
 // feed the history to github.com/anishathalye/porcupine against a model of
 // one resource. It is the home of porcupine (a test-only dependency).
 //

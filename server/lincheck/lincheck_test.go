@@ -404,7 +404,7 @@ func (p *plane) url() string {
 }
 
 func startPlane(t *testing.T, fault string) *plane {
-	p := &plane{bin: servertest.Binary(t), data: t.TempDir(), fault: fault, addr: "127.0.0.1:0"}
+	p := &plane{bin: servertest.TestBinary(t), data: t.TempDir(), fault: fault, addr: "127.0.0.1:0"}
 	p.start(t)
 	t.Cleanup(func() { p.kill(t) })
 	return p

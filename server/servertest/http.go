@@ -67,30 +67,50 @@ func ReadServeStart(out io.Reader) (url, key string) {
 	return "", key
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// built is one build of the leaseplane binary.
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
 
-// Binary is the leaseplane binary, built once per test process into a
-// temporary folder.
+var product, withFaults built
+
+// TestFaultsTag is the build tag that gives serve its test-only flags
+// (--test-fault, --test-drills).
+const TestFaultsTag = "leaseplane_testfaults"
+
+// Binary is the leaseplane binary as go build makes it (no test faults),
+// built once per test process into a temporary folder.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return product.build(t)
+}
+
+// TestBinary is the leaseplane binary built with TestFaultsTag, whose
+// serve takes --test-fault and --test-drills; built once per test process.
+func TestBinary(t testing.TB) string {
+	t.Helper()
+	return withFaults.build(t, "-tags", TestFaultsTag)
+}
+
+func (b *built) build(t testing.TB, flags ...string) string {
+	t.Helper()
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "leaseplane-test-bin")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		binPath = filepath.Join(dir, "leaseplane")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/leaseplane/leaseplane/cmd/leaseplane").CombinedOutput()
+		b.path = filepath.Join(dir, "leaseplane")
+		args := append(append([]string{"build"}, flags...), "-o", b.path, "github.com/leaseplane/leaseplane/cmd/leaseplane")
+		out, err := exec.Command("go", args...).CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/leaseplane: %v\n%s", err, out)
+			b.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }

@@ -1,17 +1,62 @@
-package main
+// Package testfaults holds the faults serve takes for tests only
+// (--test-fault, --test-drills): they are in a binary built with the build
+// tag leaseplane_testfaults (the linearizability check and the drill tests
+// build one) and in cmd/leaseplane's own tests, never in the product
+// binary (go build ./cmd/leaseplane links none of this package).
+package testfaults
 
 import (
 	"bytes"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server"
 )
 
-// Test-only faults of serve --test-fault, for the linearizability check
-// (server/lincheck): one a real disk can show, one a correct plane never
-// may.
+// Register adds --test-fault and --test-drills to serve's flags fs and
+// returns the function that applies them to cfg once the flags are
+// parsed (false after writing why to stderr, when a value is bad).
+func Register(fs *flag.FlagSet) func(cfg *server.Config, stderr io.Writer) bool {
+	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
+	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
+	return func(cfg *server.Config, stderr io.Writer) bool {
+		switch *testFault {
+		case "":
+		case "no-alarms":
+			cfg.DisableAlarms = true
+		case "wrong-deadlock":
+			cfg.Engine = faulty(cfg.Engine, wrongDeadlock)
+		case "fail-commits":
+			cfg.CommitFault = failSomeCommits
+		case "grant-twice":
+			cfg.Engine = faulty(cfg.Engine, grantTwice)
+		default:
+			fmt.Fprintf(stderr, "leaseplane serve: --test-fault %q: want no-alarms, wrong-deadlock, fail-commits or grant-twice\n", *testFault)
+			return false
+		}
+		if *drillSet != "" {
+			cfg.DrillNames = strings.Split(*drillSet, ",")
+			for _, n := range cfg.DrillNames {
+				if !slices.Contains(server.DrillNames, n) {
+					fmt.Fprintf(stderr, "leaseplane serve: --test-drills: no drill %q (have %s)\n", n, strings.Join(server.DrillNames, ", "))
+					return false
+				}
+			}
+		}
+		return true
+	}
+}
+
+// The faults: one a real disk can show (failed commits), ones a correct
+// plane never may (wrong verdicts), for the linearizability check
+// (server/lincheck) and the drills' tests.
 
 // errFailpoint is the commit failure of --test-fault fail-commits.
 var errFailpoint = errors.New("test failpoint: commit failed")
