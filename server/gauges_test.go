@@ -57,13 +57,15 @@ leaseplane_workspace_waiters{workspace="default"} 0`
 	}
 }
 
-// TestLedgerGauges: /metrics gives each workspace's ledger entries and the
-// bytes they keep, both growing with the ledger.
+// TestLedgerGauges: /metrics (with the metrics token) gives each
+// workspace's ledger entries and the bytes they keep, both growing with
+// the ledger.
 func TestLedgerGauges(t *testing.T) {
 	ts := newTestServer(t, t.TempDir())
+	ts.s.cfg.MetricsToken = "metrics-token"
 	read := func() (entries, bytes float64) {
 		t.Helper()
-		st, _, b := ts.do("GET", "/metrics", "", "")
+		st, _, b := ts.do("GET", "/metrics", "metrics-token", "")
 		if st != 200 {
 			t.Fatalf("/metrics: %d", st)
 		}
