@@ -161,3 +161,10 @@ func (h *heldRequests) heldOpen() int {
 	defer h.mu.Unlock()
 	return len(h.open)
 }
+
+// refusedCount counts the held requests refused at a cap so far.
+func (h *heldRequests) refusedCount() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.refused
+}

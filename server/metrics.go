@@ -122,6 +122,26 @@ func newMetrics(s *Server) *metrics {
 			}
 			return float64(n)
 		}))
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaseplane_connections_unauthenticated", Help: "Connections open now that have not presented a valid key.",
+		}, func() float64 { return float64(s.conns.unauthenticated()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaseplane_connections_authenticated", Help: "Connections open now on which a request presented a valid key.",
+		}, func() float64 { return float64(s.conns.authed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leaseplane_connections_refused_total", Help: "Connections without a key closed at once: their address held its share, or the budget was full and their address held the most.",
+		}, func() float64 { return float64(s.conns.refusedAddr.Load() + s.conns.refusedFull.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leaseplane_connections_evicted_total", Help: "Connections without a key closed to make room for a newcomer from an address holding fewer.",
+		}, func() float64 { return float64(s.conns.evicted.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaseplane_held_requests", Help: "Held lease requests open now.",
+		}, func() float64 { return float64(s.held.heldOpen()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leaseplane_held_requests_refused_total", Help: "Held lease requests refused 429 heldRequests (a cap was reached).",
+		}, func() float64 { return float64(s.held.refusedCount()) }),
+	)
 	m.perWorkspace.MustRegister(newWorkspaceGauges(s))
 	return m
 }

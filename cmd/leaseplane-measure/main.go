@@ -5,6 +5,17 @@
 //	leaseplane-measure pairs  -url URL -key KEY [-n 200000] [-clients 16]
 //	leaseplane-measure hold   -url URL -key KEY [-n 60000] [-clients 16]
 //	leaseplane-measure poll   -url URL -key KEY [-pollers 4] [-limit 1000] [-paged] [-duration 10s]
+//	leaseplane-measure attack -url URL -key KEY [-sockets 2560] [-addrs 10] [-duration 10s] [-held-key AGENTKEY -held 1300]
+//
+// attack measures a tenant's acquire latency (from 127.0.0.1, on a kept-
+// alive connection and on a fresh connection each time) idle, then while
+// an attacker without a key holds sockets from -addrs addresses
+// 127.0.0.2 and on (idle, silent, stalled bodies, idle after /healthz,
+// each reopened when the server closes it), then, with -held-key (an
+// agent key of another workspace), while that key floods -held held
+// requests from 127.0.0.2 over 48 connections (a resource its own agent
+// cannot have: the tenant's key holds it first); it prints the
+// percentiles and what the attacker held and was refused.
 //
 // pairs acquires and releases n distinct resources (lock:pair/I), hold
 // acquires n distinct resources and keeps them, poll has pollers clients
@@ -45,7 +56,11 @@ func main() {
 	pollers := fs.Int("pollers", 4, "clients polling wait (poll)")
 	limit := fs.Int("limit", 1000, "wait page size (poll -paged)")
 	paged := fs.Bool("paged", false, "poll wait page by page with ?limit= and ?after= (poll)")
-	dur := fs.Duration("duration", 10*time.Second, "how long to poll (poll)")
+	dur := fs.Duration("duration", 10*time.Second, "how long to poll (poll), or to measure each phase (attack)")
+	sockets := fs.Int("sockets", 2560, "attacker sockets held at once (attack)")
+	addrs := fs.Int("addrs", 10, "attacker source addresses, 127.0.0.2 and on (attack)")
+	heldKey := fs.String("held-key", "", "an agent key that floods held requests (attack)")
+	held := fs.Int("held", 1300, "held requests of the flood (attack)")
 	fs.Parse(os.Args[2:])
 	c := &client{base: strings.TrimSuffix(*base, "/"), key: *key, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	switch os.Args[1] {
@@ -110,6 +125,8 @@ func main() {
 		slices.Sort(lat)
 		p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(10 * time.Microsecond) }
 		fmt.Printf("other agent's acquire: n %d, p50 %v, p90 %v, p99 %v; %d wait pages read\n", len(lat), p(0.5), p(0.9), p(0.99), pages.Load())
+	case "attack":
+		attack(c, *sockets, *addrs, *dur, *heldKey, *held)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// attack runs the three phases of `leaseplane-measure attack`.
+func attack(c *client, sockets, addrs int, dur time.Duration, heldKey string, held int) {
+	tenant := func(what string) {
+		for _, keep := range []bool{true, false} {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
+			tc := &client{base: c.base, key: c.key, hc: &http.Client{Timeout: 2 * time.Minute,
+				Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: !keep}}}
+			var lat []time.Duration
+			body := `{"resource":"lock:tenant","actorDid":"did:web:acme.example:agent:tenant"}`
+			for end := time.Now().Add(dur); time.Now().Before(end); {
+				t0 := time.Now()
+				tc.post("/api/v1/acp/coordination/lease", body, 200)
+				lat = append(lat, time.Since(t0))
+				tc.post("/api/v1/acp/coordination/release", body, 200)
+			}
+			slices.Sort(lat)
+			p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(10 * time.Microsecond) }
+			conn := "kept-alive connection"
+			if !keep {
+				conn = "fresh connection each"
+			}
+			fmt.Printf("%s: tenant acquire (%s): n %d, p50 %v, p99 %v\n", what, conn, len(lat), p(0.5), p(0.99))
+		}
+	}
+	tenant("idle")
+
+	// The plane's own count of connections without a key, sampled.
+	var most, evicted, refusedConns atomic.Int64
+	sampling := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			resp, err := http.Get(c.base + "/metrics")
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				name, v, _ := strings.Cut(l, " ")
+				var f float64
+				fmt.Sscan(v, &f)
+				switch name {
+				case "leaseplane_connections_unauthenticated":
+					if int64(f) > most.Load() {
+						most.Store(int64(f))
+					}
+				case "leaseplane_connections_evicted_total":
+					evicted.Store(int64(f))
+				case "leaseplane_connections_refused_total":
+					refusedConns.Store(int64(f))
+				}
+			}
+		}
+	}()
+	a := &attacker{url: c.base, addrs: addrs}
+	a.start(sockets)
+	for a.opened.Load() < int64(sockets) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	start := a.opened.Load()
+	tenant("under attack")
+	fmt.Printf("attacker: %d sockets kept trying at once from %d addresses; %d connections accepted by the OS during the measurement, %d before; at most %d open at once as the attacker saw them\n",
+		sockets, addrs, a.opened.Load()-start, start, a.maxOpen.Load())
+	a.stop()
+	close(sampling)
+	fmt.Printf("the plane: at most %d connections without a key open at once (sampled every 200 ms); %d closed at once, %d evicted for a newcomer\n",
+		most.Load(), refusedConns.Load(), evicted.Load())
+
+	if heldKey == "" {
+		return
+	}
+	// The tenant's key holds the resource the flood asks for.
+	c.post("/api/v1/acp/coordination/lease", `{"resource":"lock:flooded","actorDid":"did:web:acme.example:agent:tenant"}`, 200)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DialContext: d.DialContext, MaxConnsPerHost: 48, MaxIdleConnsPerHost: 48}}
+	var refused, other atomic.Int64
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", c.base+"/api/v1/acp/coordination/lease?waitUpToMs=30000",
+				strings.NewReader(`{"resource":"lock:flooded","actorDid":"`+agentOf(c, heldKey)+`"}`))
+			req.Header.Set("Authorization", "Bearer "+heldKey)
+			resp, err := hc.Do(req)
+			if err != nil {
+				other.Add(1)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 429 && strings.Contains(string(b), `"heldRequests"`) {
+				refused.Add(1)
+			} else {
+				other.Add(1)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	for refused.Load()+other.Load() < int64(held)-64 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	tenant("during the held flood")
+	fmt.Printf("held flood: %d held requests asked by one key, %d refused 429 heldRequests, %d otherwise answered or failed so far\n", held, refused.Load(), other.Load())
+	c.post("/api/v1/acp/coordination/release", `{"resource":"lock:flooded","actorDid":"did:web:acme.example:agent:tenant"}`, 200)
+	<-done
+}
+
+// agentOf is the agent an agent key names (GET /api/v1/whoami).
+func agentOf(c *client, key string) string {
+	k := &client{base: c.base, key: key, hc: c.hc}
+	b := k.get("/api/v1/whoami")
+	_, rest, _ := strings.Cut(string(b), `"actorDid":"`)
+	did, _, _ := strings.Cut(rest, `"`)
+	return did
+}
+
+// attacker holds sockets without a key against url from the addresses
+// 127.0.0.2 and on, each slot reopening its socket when the server closes
+// it.
+type attacker struct {
+	url     string
+	addrs   int
+	opened  atomic.Int64
+	open    atomic.Int64
+	maxOpen atomic.Int64
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+}
+
+var attackKinds = []string{"idle", "silent", "stalled-bogus-key", "stalled-no-key", "keep-alive-idle"}
+
+func (a *attacker) start(slots int) {
+	for i := range slots {
+		a.wg.Add(1)
+		go a.slot(i)
+	}
+}
+
+func (a *attacker) slot(i int) {
+	defer a.wg.Done()
+	ip := net.ParseIP(fmt.Sprintf("127.0.0.%d", 2+i%a.addrs))
+	kind := attackKinds[(i/a.addrs)%len(attackKinds)]
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 10 * time.Second}
+	for !a.stopped.Load() {
+		c, err := d.Dial("tcp", strings.TrimPrefix(a.url, "http://"))
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		a.opened.Add(1)
+		if n := a.open.Add(1); n > a.maxOpen.Load() {
+			a.maxOpen.Store(n)
+		}
+		switch kind {
+		case "silent":
+			io.WriteString(c, "GET /api/v1/acp/coordination/wait HT")
+		case "stalled-bogus-key":
+			io.WriteString(c, "POST /api/v1/acp/coordination/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer lp_bogus\r\nContent-Length: 100\r\n\r\n{")
+		case "stalled-no-key":
+			io.WriteString(c, "POST /api/v1/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+		case "keep-alive-idle":
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		done := make(chan struct{})
+		go func() { io.Copy(io.Discard, c); close(done) }()
+		for wait := true; wait; {
+			select {
+			case <-done:
+				wait = false
+			case <-time.After(200 * time.Millisecond):
+				if a.stopped.Load() {
+					c.Close()
+					<-done
+					wait = false
+				}
+			}
+		}
+		c.Close()
+		a.open.Add(-1)
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func (a *attacker) stop() {
+	a.stopped.Store(true)
+	a.wg.Wait()
+}
