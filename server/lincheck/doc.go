@@ -20,7 +20,11 @@
 // operation whose outcome is unknown (its connection broke after the
 // request was sent, or the answer did not come) forks: it took effect, or
 // it did not, as etcd's robustness tests do. A 503 is an operation that
-// took no effect: the plane promises that nothing was granted.
+// took no effect: the plane promises that nothing was granted. A third of
+// the acquires are held requests (?waitUpToMs=100..1500): a held
+// request's answer, a grant or its last lease_held, takes effect at one
+// moment between its call and its return like any other's, so the model
+// judges it the same way; one cut by a kill forks like any other.
 //
 // The short run is part of `make test`; `make test-long` runs it for ten
 // minutes with 32 clients. A test also runs the binary with a fault that

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +51,11 @@ type input struct {
 	op       byte
 	actor    string
 	resource string
+	// waitMs, above 0, makes an acquire a held request
+	// (?waitUpToMs=waitMs): its answer, a grant or the last lease_held,
+	// takes effect at one moment between its call and its return like any
+	// other's, so the model judges it the same way.
+	waitMs int
 }
 
 type output struct {
@@ -167,8 +173,8 @@ func TestModel(t *testing.T) {
 	g := func(actor string, fence, at int64) output {
 		return output{kind: outGrant, holder: actor, fence: fence, granted: at, expires: at + leaseTTLMs}
 	}
-	a := func(actor string) input { return input{opAcquire, actor, "r"} }
-	r := func(actor string) input { return input{opRelease, actor, "r"} }
+	a := func(actor string) input { return input{op: opAcquire, actor: actor, resource: "r"} }
+	r := func(actor string) input { return input{op: opRelease, actor: actor, resource: "r"} }
 	cases := []struct {
 		name string
 		s    state
@@ -209,10 +215,10 @@ func TestLinearizableUnderKillsAndFailedCommits(t *testing.T) {
 	}
 	p := startPlane(t, "fail-commits")
 	h := run(t, p, *duration, *killEvery)
-	t.Logf("%d operations (%d unknown, %d answered 503), %d kills, %d grants, %d refusals",
-		len(h.ops), h.unknown, h.unavailable, p.kills, h.grants, h.refusals)
-	if p.kills == 0 || h.grants == 0 || h.refusals == 0 {
-		t.Fatalf("the run did not exercise the plane: %d kills, %d grants, %d refusals", p.kills, h.grants, h.refusals)
+	t.Logf("%d operations (%d unknown, %d answered 503), %d kills, %d grants, %d refusals; %d held requests, %d of them granted",
+		len(h.ops), h.unknown, h.unavailable, p.kills, h.grants, h.refusals, h.held, h.heldGrants)
+	if p.kills == 0 || h.grants == 0 || h.refusals == 0 || h.heldGrants == 0 {
+		t.Fatalf("the run did not exercise the plane: %d kills, %d grants, %d refusals, %d held requests granted", p.kills, h.grants, h.refusals, h.heldGrants)
 	}
 	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model(), h.ops, 5*time.Minute)
@@ -252,6 +258,7 @@ type history struct {
 	mu                                     sync.Mutex
 	ops                                    []porcupine.Operation
 	unknown, unavailable, grants, refusals int
+	held, heldGrants                       int // held requests recorded, and those answered a grant
 }
 
 // run drives p with the clients for d, killing it every killEvery on
@@ -290,14 +297,18 @@ func client(ctx context.Context, p *plane, h *history, clock func() int64, i int
 	resource := fmt.Sprintf("lock:lincheck/%d", i%*resources)
 	hc := &http.Client{Timeout: 10 * time.Second}
 	for ctx.Err() == nil {
-		out, ok := call(p, hc, h, clock, i, input{opAcquire, actor, resource})
+		in := input{op: opAcquire, actor: actor, resource: resource}
+		if rand.IntN(3) == 0 { // a third of the acquires are held requests
+			in.waitMs = 100 + rand.IntN(1400)
+		}
+		out, ok := call(p, hc, h, clock, i, in)
 		switch {
 		case !ok:
 			time.Sleep(20 * time.Millisecond)
 		case out.kind == outGrant:
 			time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 			if rand.IntN(8) > 0 { // now and then, renew instead
-				call(p, hc, h, clock, i, input{opRelease, actor, resource})
+				call(p, hc, h, clock, i, input{op: opRelease, actor: actor, resource: resource})
 			}
 		case out.kind == outHeld:
 			time.Sleep(time.Duration(5+rand.IntN(40)) * time.Millisecond)
@@ -311,6 +322,9 @@ func call(p *plane, hc *http.Client, h *history, clock func() int64, id int, in 
 	route := "/api/v1/acp/coordination/lease"
 	if in.op == opRelease {
 		route = "/api/v1/acp/coordination/release"
+	}
+	if in.waitMs > 0 {
+		route += "?waitUpToMs=" + strconv.Itoa(in.waitMs)
 	}
 	body := `{"resource":"` + in.resource + `","actorDid":"` + in.actor + `"}`
 	req, _ := http.NewRequest(http.MethodPost, p.url()+route, strings.NewReader(body))
@@ -374,6 +388,12 @@ func call(p *plane, hc *http.Client, h *history, clock func() int64, id int, in 
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if in.waitMs > 0 {
+		h.held++
+		if out.kind == outGrant {
+			h.heldGrants++
+		}
+	}
 	switch out.kind {
 	case outUnknown:
 		h.unknown++
