@@ -13,7 +13,11 @@ import (
 )
 
 // attack runs the three phases of `leaseplane-measure attack`.
-func attack(c *client, sockets, addrs int, dur time.Duration, heldKey string, held int) {
+func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey string, held int) {
+	heldAgent := ""
+	if heldKey != "" {
+		heldAgent = agentOf(c, heldKey)
+	}
 	tenant := func(what string) {
 		for _, keep := range []bool{true, false} {
 			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
@@ -37,6 +41,7 @@ func attack(c *client, sockets, addrs int, dur time.Duration, heldKey string, he
 		}
 	}
 	tenant("idle")
+	defer tenant("idle again, after")
 
 	// The plane's own count of connections without a key, sampled.
 	var most, evicted, refusedConns atomic.Int64
@@ -71,15 +76,15 @@ func attack(c *client, sockets, addrs int, dur time.Duration, heldKey string, he
 			}
 		}
 	}()
-	a := &attacker{url: c.base, addrs: addrs}
+	a := &attacker{url: c.base, addrs: addrs, pace: pace}
 	a.start(sockets)
 	for a.opened.Load() < int64(sockets) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	start := a.opened.Load()
 	tenant("under attack")
-	fmt.Printf("attacker: %d sockets kept trying at once from %d addresses; %d connections accepted by the OS during the measurement, %d before; at most %d open at once as the attacker saw them\n",
-		sockets, addrs, a.opened.Load()-start, start, a.maxOpen.Load())
+	fmt.Printf("attacker: %d sockets kept trying at once from %d addresses, each reopened %v after the server closed it; %d connections accepted by the OS during the measurement, %d before; at most %d open at once as the attacker saw them\n",
+		sockets, addrs, pace, a.opened.Load()-start, start, a.maxOpen.Load())
 	a.stop()
 	close(sampling)
 	fmt.Printf("the plane: at most %d connections without a key open at once (sampled every 200 ms); %d closed at once, %d evicted for a newcomer\n",
@@ -100,7 +105,7 @@ func attack(c *client, sockets, addrs int, dur time.Duration, heldKey string, he
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequest("POST", c.base+"/api/v1/acp/coordination/lease?waitUpToMs=30000",
-				strings.NewReader(`{"resource":"lock:flooded","actorDid":"`+agentOf(c, heldKey)+`"}`))
+				strings.NewReader(`{"resource":"lock:flooded","actorDid":"`+heldAgent+`"}`))
 			req.Header.Set("Authorization", "Bearer "+heldKey)
 			resp, err := hc.Do(req)
 			if err != nil {
@@ -128,7 +133,7 @@ func attack(c *client, sockets, addrs int, dur time.Duration, heldKey string, he
 
 // agentOf is the agent an agent key names (GET /api/v1/whoami).
 func agentOf(c *client, key string) string {
-	k := &client{base: c.base, key: key, hc: c.hc}
+	k := &client{base: c.base, key: key, hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	b := k.get("/api/v1/whoami")
 	_, rest, _ := strings.Cut(string(b), `"actorDid":"`)
 	did, _, _ := strings.Cut(rest, `"`)
@@ -141,16 +146,19 @@ func agentOf(c *client, key string) string {
 type attacker struct {
 	url     string
 	addrs   int
+	pace    time.Duration
 	opened  atomic.Int64
 	open    atomic.Int64
 	maxOpen atomic.Int64
 	stopped atomic.Bool
+	quit    chan struct{}
 	wg      sync.WaitGroup
 }
 
 var attackKinds = []string{"idle", "silent", "stalled-bogus-key", "stalled-no-key", "keep-alive-idle"}
 
 func (a *attacker) start(slots int) {
+	a.quit = make(chan struct{})
 	for i := range slots {
 		a.wg.Add(1)
 		go a.slot(i)
@@ -165,7 +173,10 @@ func (a *attacker) slot(i int) {
 	for !a.stopped.Load() {
 		c, err := d.Dial("tcp", strings.TrimPrefix(a.url, "http://"))
 		if err != nil {
-			time.Sleep(time.Second)
+			select {
+			case <-time.After(time.Second):
+			case <-a.quit:
+			}
 			continue
 		}
 		a.opened.Add(1)
@@ -184,25 +195,22 @@ func (a *attacker) slot(i int) {
 		}
 		done := make(chan struct{})
 		go func() { io.Copy(io.Discard, c); close(done) }()
-		for wait := true; wait; {
-			select {
-			case <-done:
-				wait = false
-			case <-time.After(200 * time.Millisecond):
-				if a.stopped.Load() {
-					c.Close()
-					<-done
-					wait = false
-				}
-			}
+		select {
+		case <-done:
+		case <-a.quit:
 		}
 		c.Close()
+		<-done
 		a.open.Add(-1)
-		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-time.After(a.pace): // then a new socket
+		case <-a.quit:
+		}
 	}
 }
 
 func (a *attacker) stop() {
 	a.stopped.Store(true)
+	close(a.quit)
 	a.wg.Wait()
 }
