@@ -13,7 +13,7 @@ import (
 )
 
 // attack runs the three phases of `leaseplane-measure attack`.
-func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey string, held int) {
+func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey, holderKey string, held int) {
 	heldAgent := ""
 	if heldKey != "" {
 		heldAgent = agentOf(c, heldKey)
@@ -93,8 +93,14 @@ func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey stri
 	if heldKey == "" {
 		return
 	}
-	// The tenant's key holds the resource the flood asks for.
-	c.post("/api/v1/acp/coordination/lease", `{"resource":"lock:flooded","actorDid":"did:web:acme.example:agent:tenant"}`, 200)
+	// Another agent of the flood's workspace holds the resource the flood
+	// asks for (holderKey, a workspace key there; the tenant's own key
+	// when the flood is in the tenant's workspace).
+	holder := c
+	if holderKey != "" {
+		holder = &client{base: c.base, key: holderKey, hc: c.hc}
+	}
+	holder.post("/api/v1/acp/coordination/lease", `{"resource":"lock:flooded","actorDid":"did:web:acme.example:agent:holder"}`, 200)
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DialContext: d.DialContext, MaxConnsPerHost: 48, MaxIdleConnsPerHost: 48}}
 	var refused, other atomic.Int64
@@ -127,7 +133,7 @@ func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey stri
 	}
 	tenant("during the held flood")
 	fmt.Printf("held flood: %d held requests asked by one key, %d refused 429 heldRequests, %d otherwise answered or failed so far\n", held, refused.Load(), other.Load())
-	c.post("/api/v1/acp/coordination/release", `{"resource":"lock:flooded","actorDid":"did:web:acme.example:agent:tenant"}`, 200)
+	holder.post("/api/v1/acp/coordination/release", `{"resource":"lock:flooded","actorDid":"did:web:acme.example:agent:holder"}`, 200)
 	<-done
 }
 

@@ -5,16 +5,16 @@
 //	leaseplane-measure pairs  -url URL -key KEY [-n 200000] [-clients 16]
 //	leaseplane-measure hold   -url URL -key KEY [-n 60000] [-clients 16]
 //	leaseplane-measure poll   -url URL -key KEY [-pollers 4] [-limit 1000] [-paged] [-duration 10s]
-//	leaseplane-measure attack -url URL -key KEY [-sockets 2560] [-addrs 10] [-pace 1s] [-duration 10s] [-held-key AGENTKEY -held 1300]
+//	leaseplane-measure attack -url URL -key KEY [-sockets 2560] [-addrs 10] [-pace 1s] [-duration 10s] [-held-key AGENTKEY -held-holder-key KEY -held 1300]
 //
 // attack measures a tenant's acquire latency (from 127.0.0.1, on a kept-
 // alive connection and on a fresh connection each time) idle, then while
 // an attacker without a key holds sockets from -addrs addresses
 // 127.0.0.2 and on (idle, silent, stalled bodies, idle after /healthz,
 // each reopened when the server closes it), then, with -held-key (an
-// agent key of another workspace), while that key floods -held held
-// requests from 127.0.0.2 over 48 connections (a resource its own agent
-// cannot have: the tenant's key holds it first); it prints the
+// agent key, of another workspace with -held-holder-key a workspace key
+// there), while that key floods -held held requests from 127.0.0.2 over
+// 48 connections (a resource another agent holds); it prints the
 // percentiles and what the attacker held and was refused.
 //
 // pairs acquires and releases n distinct resources (lock:pair/I), hold
@@ -61,6 +61,7 @@ func main() {
 	addrs := fs.Int("addrs", 10, "attacker source addresses, 127.0.0.2 and on (attack)")
 	heldKey := fs.String("held-key", "", "an agent key that floods held requests (attack)")
 	held := fs.Int("held", 1300, "held requests of the flood (attack)")
+	holderKey := fs.String("held-holder-key", "", "a workspace key of -held-key's workspace, whose agent holds the resource the flood asks (attack; default -key)")
 	pace := fs.Duration("pace", time.Second, "how long an attacker socket waits, once the server closed it, before it opens another (attack)")
 	fs.Parse(os.Args[2:])
 	c := &client{base: strings.TrimSuffix(*base, "/"), key: *key, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
@@ -127,7 +128,7 @@ func main() {
 		p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(10 * time.Microsecond) }
 		fmt.Printf("other agent's acquire: n %d, p50 %v, p90 %v, p99 %v; %d wait pages read\n", len(lat), p(0.5), p(0.9), p(0.99), pages.Load())
 	case "attack":
-		attack(c, *sockets, *addrs, *dur, *pace, *heldKey, *held)
+		attack(c, *sockets, *addrs, *dur, *pace, *heldKey, *holderKey, *held)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
