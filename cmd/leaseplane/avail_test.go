@@ -260,7 +260,7 @@ func tenantRounds(t *testing.T, url, key string, n int) (answered int) {
 func TestConnectionsWithoutKey(t *testing.T) {
 	data := t.TempDir()
 	c := startChildArgs(t, data)
-	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant")
+	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant", "--new-workspace")
 	const budget = 1024 / 4
 	a := &attacker{url: c.url, addrs: 10}
 	a.start(10 * budget)
@@ -314,7 +314,7 @@ func TestHeldRequestFlood(t *testing.T) {
 	c := startChildArgs(t, data)
 	holder := keysCLI(t, "create", "--data", data, "--workspace", "default")
 	flood := keysCLI(t, "create", "--data", data, "--workspace", "default", "--agent", didCost)
-	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant")
+	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant", "--new-workspace")
 	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", holder, `{"resource":"lock:flood","actorDid":"`+didRelease+`"}`); a.status != 200 {
 		t.Fatalf("holder: %d %s", a.status, a.raw)
 	}
@@ -626,7 +626,7 @@ func TestMetricsAndModes(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tokenFile, []byte("a-metrics-token-of-some-length\n"), 0o600)
 	c := startChildArgs(t, data, "--metrics-token-file", tokenFile)
-	secret := keysCLI(t, "create", "--data", data, "--workspace", "secret-tenant-name")
+	secret := keysCLI(t, "create", "--data", data, "--workspace", "secret-tenant-name", "--new-workspace")
 	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", secret, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
 		t.Fatalf("lease: %d %s", a.status, a.raw)
 	}
