@@ -1,8 +1,10 @@
 // ledger.mjs hosts cmd/worker/ledger (kernel/ledger built as a wasip1
 // reactor) for a workspace's Durable Object. The object's SQLite storage
-// keeps the entries and the stored tree hashes (tlog's layout); the module
+// keeps the entries, packed 32 to a row by the module (kernel/ledger/rows,
+// the server's code), and the stored tree hashes (tlog's layout); the module
 // reads the hashes it needs through its one import, synchronously, and does
-// all the hashing, proving and signing. Nothing here computes a hash.
+// all the hashing, proving and signing. Nothing here computes a hash or
+// packs a row.
 import { Reactor, wasi } from "./kernel.mjs";
 
 const ERR_FLAG = 1n << 63n;
@@ -77,6 +79,33 @@ export class Ledger extends Reactor {
   receipt(i, size, signedCheckpoint, entry) {
     this.write(signedCheckpoint, entry);
     return this.output(this.call("lg_receipt", BigInt(i), BigInt(size), signedCheckpoint.length, entry.length));
+  }
+
+  // pack returns the row (kernel/ledger/rows, as the server stores its
+  // ledger) of entries: [{seq, time, data: Uint8Array}].
+  pack(entries) {
+    const parts = [];
+    for (const e of entries) {
+      const h = new DataView(new ArrayBuffer(20));
+      h.setBigInt64(0, BigInt(e.seq), true);
+      h.setBigInt64(8, BigInt(e.time), true);
+      h.setUint32(16, e.data.length, true);
+      parts.push(new Uint8Array(h.buffer), e.data);
+    }
+    return this.output(this.call("lg_pack", this.write(...parts)));
+  }
+
+  // unpack returns the entries of a row, as pack takes them.
+  unpack(row) {
+    const b = this.output(this.call("lg_unpack", this.write(row)));
+    const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
+    const out = [];
+    for (let off = 0; off < b.length; ) {
+      const n = v.getUint32(off + 16, true);
+      out.push({ seq: Number(v.getBigInt64(off, true)), time: Number(v.getBigInt64(off + 8, true)), data: b.subarray(off + 20, off + 20 + n) });
+      off += 20 + n;
+    }
+    return out;
   }
 
   // semantics is the kernel semantics of this build.

@@ -11,7 +11,9 @@
 //   snapshot  the machine's snapshot every SNAPSHOT_EVERY commands; the
 //             log behind both it and the ledger is dropped
 //   ledger_*  the workspace's ledger: every event the kernel emits, as an
-//             entry with its bytes exactly as emitted, derived from the log
+//             entry with its bytes exactly as emitted, packed 32 to a row
+//             as the server packs them (kernel/ledger/rows, through the
+//             ledger module; the last row grows until full), derived from the log
 //             (each row keeps its command's events) right after the row is
 //             written and caught up after a failure; the stored tree
 //             hashes (tlog's layout); the grant entry of each lease; and, in
@@ -51,6 +53,7 @@ import { Kernel } from "./kernel.mjs";
 import { Ledger, seal, unseal } from "./ledger.mjs";
 
 const SNAPSHOT_EVERY = 256;
+const LEDGER_ROW = 32; // the entries of a full ledger row (kernel/ledger/rows.Size)
 const OPS = new Set(["acquire", "release", "wait", "suspend", "resume", "forget"]);
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -105,14 +108,16 @@ export class Workspace extends DurableObject {
       events BLOB)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
       seq INTEGER NOT NULL, data BLOB NOT NULL, version TEXT NOT NULL)`);
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_entries (idx INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_rows (first INTEGER PRIMARY KEY, count INTEGER NOT NULL, data BLOB NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_hashes (idx INTEGER PRIMARY KEY, hash BLOB NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS ledger_grants (lease_id TEXT PRIMARY KEY, idx INTEGER NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS keys (id TEXT PRIMARY KEY, role TEXT NOT NULL, agent_did TEXT)`);
     this.keys = new Map(this.sql.exec(`SELECT id, role, agent_did FROM keys`).toArray().map((k) => [k.id, k]));
     this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
     this.semantics = this.ledger.semantics();
-    this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
+    this.packOldEntries();
+    this.ledgerSize = this.storedSize();
+    this.openRow = null;
     this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
     this.ledgerSeq = Number(this.meta("ledger_seq") ?? 0);
     this.rules = this.meta("rules");
@@ -409,12 +414,12 @@ export class Workspace extends DurableObject {
   // no event is missing or written twice.
   catchUp() {
     if (this.ledgerSeq >= this.seq) return;
-    const rows = this.sql.exec(`SELECT seq, events FROM log WHERE seq > ? ORDER BY seq`, this.ledgerSeq).toArray();
+    const rows = this.sql.exec(`SELECT seq, now_ms, events FROM log WHERE seq > ? ORDER BY seq`, this.ledgerSeq).toArray();
     try {
       for (const row of rows) {
         this.ctx.storage.transactionSync(() => {
           if (this.ledgerFault) throw new Error("injected ledger fault (test)");
-          if (row.events !== null) this.appendEvents(new Uint8Array(row.events));
+          if (row.events !== null) this.appendEvents(new Uint8Array(row.events), row.seq, row.now_ms);
           this.ledgerSeq = row.seq;
           this.setMeta("ledger_seq", row.seq);
         });
@@ -423,26 +428,86 @@ export class Workspace extends DurableObject {
       console.error("workspace: the ledger is behind the log:", err && err.message);
       this.counters.ledgerFailures++;
       this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
-      this.ledgerSize = this.sql.exec(`SELECT count(*) AS n FROM ledger_entries`).one().n;
+      this.ledgerSize = this.storedSize();
+      this.openRow = null;
       this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
       this.ledgerSeq = Number(this.meta("ledger_seq") ?? 0);
     }
   }
 
-  // appendEvents adds each event of a command to the ledger.
-  appendEvents(events) {
+  // appendEvents adds each event of a command (seq, applied at nowMs) to
+  // the ledger: its stored hashes, and the entry to the last row, packed
+  // again once per command (a full row is never written again).
+  appendEvents(events, seq, nowMs) {
     if (events.length <= 2) return; // "[]"
+    let row = this.openRow ?? this.lastRow();
+    const put = (r) => this.sql.exec(`INSERT OR REPLACE INTO ledger_rows (first, count, data) VALUES (?, ?, ?)`,
+      r.first, r.entries.length, blob(this.ledger.pack(r.entries)));
     for (const entry of this.ledger.events(events)) {
       const i = this.ledgerSize;
       const hs = this.ledger.append(i, entry);
-      this.sql.exec(`INSERT INTO ledger_entries (idx, data) VALUES (?, ?)`, i, blob(entry));
       for (const h of hs) this.sql.exec(`INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)`, this.hashCount++, blob(h));
+      if (row.entries.length === LEDGER_ROW) {
+        put(row);
+        row = { first: i, entries: [] };
+      }
+      row.entries.push({ seq, time: nowMs, data: entry });
       this.ledgerSize++;
       const ev = JSON.parse(dec.decode(entry));
       if (ev.type === "coordination.lease" && typeof ev.leaseId === "string") {
         this.sql.exec(`INSERT OR REPLACE INTO ledger_grants (lease_id, idx) VALUES (?, ?)`, ev.leaseId, i);
       }
     }
+    put(row);
+    this.openRow = row;
+  }
+
+  // storedSize is the number of entries the rows hold.
+  storedSize() {
+    return this.sql.exec(`SELECT coalesce(max(first + count), 0) AS n FROM ledger_rows`).one().n;
+  }
+
+  // lastRow is the row the next entry goes in: the last one, unpacked,
+  // while it is not full.
+  lastRow() {
+    const r = this.sql.exec(`SELECT first, count, data FROM ledger_rows ORDER BY first DESC LIMIT 1`).toArray()[0];
+    if (!r) return { first: 0, entries: [] };
+    if (r.count === LEDGER_ROW) return { first: r.first + LEDGER_ROW, entries: [] };
+    return { first: r.first, entries: this.ledger.unpack(new Uint8Array(r.data)) };
+  }
+
+  // rowEntries are the entries of the rows holding indexes [start, end),
+  // as [{index, data}].
+  rowEntries(start, end) {
+    const out = [];
+    const rows = this.sql.exec(`SELECT first, data FROM ledger_rows WHERE first >= ? AND first < ? ORDER BY first`,
+      start - (start % LEDGER_ROW), end).toArray();
+    for (const r of rows) {
+      this.ledger.unpack(new Uint8Array(r.data)).forEach((e, k) => {
+        const index = r.first + k;
+        if (index >= start && index < end) out.push({ index, data: e.data });
+      });
+    }
+    return out;
+  }
+
+  // packOldEntries packs the one-row-per-entry table of earlier builds
+  // into rows, in one transaction, and drops it.
+  packOldEntries() {
+    const old = this.sql.exec(`SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'ledger_entries'`).one().n;
+    if (old === 0) return;
+    this.ctx.storage.transactionSync(() => {
+      const all = this.sql.exec(`SELECT idx, data FROM ledger_entries ORDER BY idx`).toArray();
+      for (let first = 0; first < all.length; first += LEDGER_ROW) {
+        const part = all.slice(first, first + LEDGER_ROW);
+        part.forEach((r, k) => {
+          if (r.idx !== first + k) throw new Error(`the ledger's old entry ${r.idx} is out of place`);
+        });
+        const entries = part.map((r) => ({ seq: 0, time: 0, data: new Uint8Array(r.data) }));
+        this.sql.exec(`INSERT INTO ledger_rows (first, count, data) VALUES (?, ?, ?)`, first, entries.length, blob(this.ledger.pack(entries)));
+      }
+      this.sql.exec(`DROP TABLE ledger_entries`);
+    });
   }
 
   readHashes(indexes) {
@@ -503,11 +568,8 @@ export class Workspace extends DurableObject {
           const count = param("count", 100, false);
           if (count < 1 || count > 1000) bad("count", "must be 1 to 1000");
           if (start > size) bad("start", `is past the ledger's end (it has ${size} entries)`);
-          const rows = this.sql.exec(`SELECT idx, data FROM ledger_entries WHERE idx >= ? ORDER BY idx LIMIT ?`, start, count).toArray();
-          const parts = rows.map((r) => {
-            const data = new Uint8Array(r.data);
-            return `{"index":${r.idx},"data":"${btoa(String.fromCharCode(...data))}","event":${dec.decode(data)}}`;
-          });
+          const parts = this.rowEntries(start, Math.min(start + count, size)).map(({ index, data }) =>
+            `{"index":${index},"data":"${btoa(String.fromCharCode(...data))}","event":${dec.decode(data)}}`);
           return json(200, `{"entries":[${parts.join(",")}]}`);
         }
         case "proof": {
@@ -528,10 +590,11 @@ export class Workspace extends DurableObject {
           const vs = q.getAll("leaseId");
           if (vs.length !== 1 || vs[0] === "" || enc.encode(vs[0]).length > 256) bad("leaseId", "is required, once, 1-256 bytes");
           const id = vs[0];
-          const row = this.sql.exec(`SELECT l.idx, e.data FROM ledger_grants l JOIN ledger_entries e ON e.idx = l.idx WHERE l.lease_id = ?`, id).toArray()[0];
+          const g = this.sql.exec(`SELECT idx FROM ledger_grants WHERE lease_id = ?`, id).toArray()[0];
+          const row = g && this.rowEntries(g.idx, g.idx + 1)[0];
           if (!row) return refusal(404, "not_found", `no grant of lease ${id} in this workspace's ledger`);
           const ck = await this.signed();
-          return text(this.ledger.receipt(row.idx, ck.size, enc.encode(ck.text), new Uint8Array(row.data)));
+          return text(this.ledger.receipt(row.index, ck.size, enc.encode(ck.text), row.data));
         }
       }
     } catch (err) {
@@ -615,6 +678,7 @@ export class Workspace extends DurableObject {
       trust: JSON.parse(dec.decode(this.kernel.trust())),
       snapshot: JSON.parse(dec.decode(this.kernel.snapshot())),
       log: log.map((r) => ({ seq: r.seq, op: r.op, nowMs: r.now_ms })),
+      ledger: { entries: this.ledgerSize, rows: this.sql.exec(`SELECT count(*) AS n FROM ledger_rows`).one().n },
     });
   }
 }

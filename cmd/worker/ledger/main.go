@@ -39,6 +39,12 @@
 //	                                           checkpoint input[0:c] of size size
 //	lg_keygen(o u32) u64                       "signer\nverifier" for origin
 //	                                           input[0:o] (randomness: WASI)
+//	lg_pack(n u32) u64                         the row (kernel/ledger/rows) of the
+//	                                           entries in input[0:n], each an i64
+//	                                           seq, an i64 time, a u32 length and
+//	                                           its bytes (little-endian)
+//	lg_unpack(n u32) u64                       the entries of the row input[0:n],
+//	                                           in lg_pack's input form
 //	lg_semantics() u32                         kernel.Semantics of this build,
 //	                                           which is the kernel's own build
 //	                                           from the same sources: the
@@ -54,6 +60,7 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/kernel/ledger/rows"
 )
 
 func main() {}
@@ -209,6 +216,54 @@ func keygen(o uint32) uint64 {
 		return result(nil, err)
 	}
 	return result([]byte(signer+"\n"+verifier), nil)
+}
+
+// The object stores its ledger's entries as the server does: packed 32 to a
+// row by kernel/ledger/rows, one code for both.
+var (
+	packer    rows.Packer
+	rowReader rows.Reader
+)
+
+//go:wasmexport lg_pack
+func pack(n uint32) uint64 {
+	b, err := in(0, n)
+	if err != nil {
+		return result(nil, err)
+	}
+	var es []rows.Entry
+	for len(b) > 0 {
+		if len(b) < 20 {
+			return result(nil, errors.New("an entry to pack is cut short"))
+		}
+		l := binary.LittleEndian.Uint32(b[16:20])
+		if uint64(len(b)-20) < uint64(l) {
+			return result(nil, errors.New("an entry to pack is cut short"))
+		}
+		es = append(es, rows.Entry{Seq: int64(binary.LittleEndian.Uint64(b)), Time: int64(binary.LittleEndian.Uint64(b[8:])), Data: b[20 : 20+l]})
+		b = b[20+l:]
+	}
+	return result(packer.Pack(es))
+}
+
+//go:wasmexport lg_unpack
+func unpack(n uint32) uint64 {
+	b, err := in(0, n)
+	if err != nil {
+		return result(nil, err)
+	}
+	es, err := rowReader.Unpack(b, nil)
+	if err != nil {
+		return result(nil, err)
+	}
+	var o []byte
+	for _, e := range es {
+		o = binary.LittleEndian.AppendUint64(o, uint64(e.Seq))
+		o = binary.LittleEndian.AppendUint64(o, uint64(e.Time))
+		o = binary.LittleEndian.AppendUint32(o, uint32(len(e.Data)))
+		o = append(o, e.Data...)
+	}
+	return result(o, nil)
 }
 
 //go:wasmexport lg_semantics

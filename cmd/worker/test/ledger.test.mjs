@@ -187,6 +187,33 @@ test("grants, renewals, releases, lapses and revocations are entries in order; r
   assert.equal(records[0].key, verifier);
 });
 
+test("the entries are kept 32 to a row, packed as the server packs them; every one reads back, and a receipt from a full row checks", async () => {
+  const key = await createWorkspace(base, ADMIN, "rows");
+  const verifier = (await get("/api/v1/ledger/key", key)).text.trim();
+  const grants = [];
+  for (let i = 0; i < 40; i++) {
+    const g = await post("/api/v1/acp/coordination/lease", key, { resource: `lock:row/${i}`, actorDid: `did:web:l.example:agent:r${i}` });
+    assert.equal(g.status, 200);
+    grants.push(g.json.lease.id);
+    assert.equal((await post("/api/v1/acp/coordination/release", key, { resource: `lock:row/${i}`, actorDid: `did:web:l.example:agent:r${i}` })).status, 200);
+  }
+  const es = await entries(key);
+  assert.equal(es.length, 80);
+  es.forEach((e, i) => {
+    assert.equal(e.index, i);
+    assert.equal(e.event.type, i % 2 === 0 ? "coordination.lease" : "coordination.release");
+    assert.equal(e.event.resource, `lock:row/${Math.floor(i / 2)}`);
+  });
+  const st = await objectJSON("rows", "/test/state");
+  assert.deepEqual(st.ledger, { entries: 80, rows: 3 }, "80 entries in rows 0-31, 32-63 and 64-79");
+  for (const id of [grants[0], grants[20], grants[39]]) {
+    const r = await get(`/api/v1/ledger/receipt?leaseId=${id}`, key);
+    assert.equal(r.status, 200, r.text);
+    const v = verify(verifier, r.text);
+    assert.equal(v.status, 0, `the receipt of ${id}: ${v.out}`);
+  }
+});
+
 test("with the ledger's writes failing, leases are still granted; after, the ledger holds every event once", async () => {
   const key = await createWorkspace(base, ADMIN, "outage");
   const fault = (on) => objectJSON("outage", `/test/ledger-fault?on=${on ? 1 : 0}`, { method: "POST" });
