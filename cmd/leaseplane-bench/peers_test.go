@@ -36,7 +36,7 @@ func checkRows(t *testing.T, out, workload string, targets []string) {
 // shape, that pairs were made and that nothing failed; figures are not
 // asserted.
 func TestBenchRuns(t *testing.T) {
-	code, out, errOut := cli(t, "--server-binary", serverBinary(t), "--clients", "4", "--duration", "300ms", "--engines", "native,wasm",
+	code, out, errOut := cli(t, "--server-binary", serverBinary(t), "--clients", "4", "--duration", "1s", "--engines", "native,wasm",
 		"--peers", "redis,redis-aof,etcd", "--bare")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
