@@ -144,9 +144,11 @@ func TestSlowBodies(t *testing.T) {
 		// One at a time: a connection without a key yet is in a budget of
 		// one here (half the cap), until its key is checked.
 		var held []net.Conn
-		for range 2 {
+		for i := range 2 {
 			held = append(held, halfSent(t, addr, key, 100))
-			for s.conns.unauthenticated() > 0 {
+			// Until the guard counts it authenticated (its key checked),
+			// the next one could take its place in the budget of one.
+			for s.conns.authed.Load() < int64(i+1) || s.conns.unauthenticated() > 0 {
 				time.Sleep(time.Millisecond)
 			}
 		}
