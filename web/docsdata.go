@@ -153,17 +153,18 @@ func recipes() []Recipe {
 				Show:   []int{0, 1},
 				Checks: []Check{{0, "ok", "true"}, {0, "lease.expiresAtMs", "31000"}, {1, "released", "true"}, {1, "releasedIds.0", leaseIDOfFirstGrant}}}),
 		newRecipe("queue-for-the-slot", "Queue for the production deploy slot",
-			"When another agent holds the slot, the refusal names it and says in stampede.waitMs how long to back off. Sleep that long and ask again; stop on deadlock, which means you hold something the holder waits for: release it first.",
+			"When another agent holds the slot, the refusal names it and says in stampede.waitMs how long to back off. Sleep that long and ask again; stop on deadlock, which means you hold something the holder waits for: release it first. Once deployed, release the slot by the lease's id, so the next agent in the queue gets it.",
 			LiveExample{Scenario: `{"rules": {"readShared": []},
  "steps": [
   {"atMs": 1000, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didRelease + `"},
   {"atMs": 1200, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didCost + `"},
   {"atMs": 1250, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didCost + `"},
   {"atMs": 1260, "op": "release", "resource": "` + slot + `", "actorDid": "` + didRelease + `"},
-  {"atMs": 1310, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didCost + `"}]}`,
-				Show: []int{1, 4},
+  {"atMs": 1310, "op": "acquire", "resource": "` + slot + `", "actorDid": "` + didCost + `"},
+  {"atMs": 2000, "op": "release", "resource": "` + slot + `", "actorDid": "` + didCost + `"}]}`,
+				Show: []int{1, 4, 5},
 				Checks: []Check{{1, "reason", `"lease_held"`}, {1, "stampede.waitMs", "50"}, {2, "stampede.waitMs", "50"},
-					{4, "ok", "true"}, {4, "lease.holder", `"` + didCost + `"`}, {4, "lease.fence", "2"}}}),
+					{4, "ok", "true"}, {4, "lease.holder", `"` + didCost + `"`}, {4, "lease.fence", "2"}, {5, "released", "true"}}}),
 	}
 }
 

@@ -6,6 +6,7 @@ import { execFile } from "node:child_process";
 import { before, describe, test } from "node:test";
 import { replayAll, shot, watchRequests } from "./harness.mjs";
 import { useServe } from "./suite.mjs";
+import { Plane } from "../../server/client/js/index.js";
 
 let tmp, bin, expected, serve, site, browser;
 useServe("browser", { site: true }, (e) => {
@@ -198,6 +199,7 @@ describe("served by leaseplane serve", () => {
     await page.waitForURL(/\/playground#json=/);
     await page.waitForSelector("body[data-runs='1']");
     assert.match(await page.locator("#verdicts tr[data-step='4']").textContent(), /granted.*fence\s*2/s);
+    assert.match(await page.locator("#verdicts tr[data-step='5']").textContent(), /released/);
     await page.close();
   });
 });
@@ -205,10 +207,9 @@ describe("served by leaseplane serve", () => {
 describe("the docs' recipes, run as printed against leaseplane serve", () => {
   const unescape = (s) => s.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&#34;/g, '"').replace(/&#39;/g, "'").replace(/&quot;/g, '"').replace(/&amp;/g, "&");
   const runners = { curl: ["bash", ".sh"], js: ["node", ".mjs"], py: ["python3", ".py"] };
-  const api = (p, body) => fetch(`${serve.url}/api/v1/acp/coordination/${p}`, {
-    method: "POST", headers: { Authorization: `Bearer ${serve.key}`, "Content-Type": "application/json" }, body: JSON.stringify(body) });
   const slot = "lock:deploy/production";
-  let html;
+  const didRelease = "did:web:acme.example:agent:release", didCost = "did:web:acme.example:agent:cost";
+  let html, plane;
   const code = (id) => {
     const m = html.match(new RegExp(`<div role="tabpanel" id="${id}"[^>]*><pre class="code"[^>]*>([\\s\\S]*?)</pre>`));
     assert.ok(m, `no code panel #${id}`);
@@ -221,29 +222,63 @@ describe("the docs' recipes, run as printed against leaseplane serve", () => {
     execFile(cmd, [file], { env: { ...process.env, LEASEPLANE_URL: serve.url, LEASEPLANE_KEY: serve.key }, timeout: 30000 },
       (err, stdout, stderr) => resolve({ code: err ? err.code ?? 1 : 0, stdout, stderr }));
   });
+  // until polls cond (async) until it is truthy, for 20 s at the most.
+  const until = async (what, cond) => {
+    for (const end = Date.now() + 20000; Date.now() < end; await new Promise((r) => setTimeout(r, 50))) {
+      const v = await cond();
+      if (v) return v;
+    }
+    assert.fail(`gave up waiting for ${what}`);
+  };
+  // runWatched runs the recipe of lang while the slot's events stream is
+  // open, and checks from the plane that every lease the recipe's agent
+  // took there was released by its id and that the slot is free after.
+  // during(run) may act while the recipe runs.
+  const runWatched = async (lang, id, actorDid, during = async () => {}) => {
+    const ctl = new AbortController();
+    const events = [];
+    let live;
+    const ready = new Promise((r) => (live = r));
+    const reading = (async () => {
+      for await (const e of plane.events({ prefix: slot, signal: ctl.signal, onReady: live })) events.push(e);
+    })();
+    await ready;
+    const running = runCode(lang, code(`${id}-${lang}`));
+    await during();
+    const r = await running;
+    assert.equal(r.code, 0, r.stderr + r.stdout);
+    const taken = events.filter((e) => e.type === "coordination.lease" && e.actorDid === actorDid);
+    await until(`the release of each lease ${actorDid} took`, () =>
+      taken.length > 0 && taken.every((t) => events.some((e) => e.type === "coordination.release" && e.leaseId === t.leaseId)));
+    ctl.abort();
+    await reading;
+    assert.equal(taken.length, 1, `${actorDid} took one lease: ${JSON.stringify(events)}`);
+    assert.deepEqual((await plane.wait({ prefix: slot })).queues, [], "the slot has no holder or waiter after the recipe");
+    return { r, taken: taken[0] };
+  };
 
   before(async () => {
     assert.ok(serve.key, "leaseplane serve printed no key on its first start");
     html = await (await fetch(serve.url + "/docs")).text();
+    plane = new Plane({ url: serve.url, key: serve.key });
   });
 
   for (const lang of Object.keys(runners)) {
     test(`take a lease and release it (${lang})`, async () => {
-      const r = await runCode(lang, code(`take-and-release-${lang}`));
-      assert.equal(r.code, 0, r.stderr + r.stdout);
+      const { r } = await runWatched(lang, "take-and-release", didRelease);
       assert.match(r.stdout, /"released":\s*true|released: true|released: True/);
     });
     test(`queue for the production deploy slot (${lang})`, async () => {
-      const held = await (await api("lease", { resource: slot, actorDid: "did:web:acme.example:agent:release" })).json();
-      assert.equal(held.ok, true, JSON.stringify(held));
-      const running = runCode(lang, code(`queue-for-the-slot-${lang}`));
-      await new Promise((r) => setTimeout(r, 400));
-      await api("release", { resource: slot, actorDid: "did:web:acme.example:agent:release" });
-      const r = await running;
-      assert.equal(r.code, 0, r.stderr + r.stdout);
-      assert.match(r.stdout, new RegExp(`deploying with fence ${held.lease.fence + 1}\\b`));
-      const rel = await (await api("release", { resource: slot, actorDid: "did:web:acme.example:agent:cost" })).json();
-      assert.equal(rel.released, true);
+      const held = await plane.acquire({ resource: slot, actorDid: didRelease });
+      const { r, taken } = await runWatched(lang, "queue-for-the-slot", didCost, async () => {
+        // The holder lets go once the recipe is queued behind it.
+        await until("the recipe queued behind the holder", async () =>
+          (await plane.wait({ prefix: slot })).queues.some((q) => q.waiters?.some((w) => w.actorDid === didCost)));
+        assert.equal(await plane.release({ resource: slot, actorDid: didRelease, leaseId: held.id }), true);
+      });
+      assert.equal(taken.fence, held.fence + 1);
+      assert.match(r.stdout, new RegExp(`deploying with fence ${held.fence + 1}\\b`));
+      assert.match(r.stdout, /"released":\s*true|released: true|released: True/);
     });
   }
 });

@@ -14,4 +14,13 @@ for (let attempt = 0; attempt < 40 && !lease; attempt++) {
   else throw new Error(`${got.reason}: ${got.error ?? ""}`); // deadlock: release what you hold first
 }
 if (!lease) throw new Error("gave up");
-console.log(`deploying with fence ${lease.fence}`);
+try {
+  console.log(`deploying with fence ${lease.fence}`);
+  // ... deploy ...
+} finally {
+  const res = await fetch(`${API}/release`, {
+    method: "POST", headers,
+    body: JSON.stringify({ ...ask, leaseId: lease.id }),
+  });
+  console.log("released:", (await res.json()).released);
+}

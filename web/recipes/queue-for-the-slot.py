@@ -15,4 +15,10 @@ for attempt in range(40):
     time.sleep(got["stampede"]["waitMs"] / 1000)
 if lease is None:
     raise SystemExit("gave up")
-print("deploying with fence", lease["fence"])
+try:
+    print("deploying with fence", lease["fence"])
+    # ... deploy ...
+finally:
+    res = requests.post(API + "/release", headers=headers,
+                        json={**ask, "leaseId": lease["id"]}, timeout=10)
+    print("released:", res.json()["released"])
