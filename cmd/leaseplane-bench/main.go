@@ -48,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -183,7 +184,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("leaseplane-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	clients := fs.Int("clients", 64, "concurrent clients")
-	dur := fs.Duration("duration", 5*time.Second, "measured time per workload (after a 0.5 s warm-up)")
+	dur := fs.Duration("duration", 5*time.Second, "measured time per workload (after a 0.5 s warm-up); with --pairs, the most a workload may take before it fails")
+	pairs := fs.Int64("pairs", 0, "measure each workload until this many pairs are counted (after the warm-up) instead of for --duration; a workload that has not made them within --duration fails")
 	runs := fs.Int("runs", 1, "runs of every target and workload; each figure printed is the median of the runs")
 	engineList := fs.String("engines", "native", "comma-separated leaseplane engines: native, wasm (empty: none)")
 	inProcess := fs.Bool("in-process", false, "run the leaseplane server inside this process (server.New) instead of as `leaseplane serve`; its rows say /in-process")
@@ -219,6 +221,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *dur <= 0 {
 		fmt.Fprintf(stderr, "leaseplane-bench: --duration %s: want a positive duration\n", *dur)
+		return exitUsage
+	}
+	if *pairs < 0 {
+		fmt.Fprintf(stderr, "leaseplane-bench: --pairs %d: want 0 (measure for --duration) or more\n", *pairs)
 		return exitUsage
 	}
 	if *runs < 1 || *runs > 100 {
@@ -349,11 +355,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else if *serverBin != "" {
 		mode += " (" + *serverBin + ")"
 	}
-	perJob := warmUp + *dur
-	fmt.Fprintf(stderr, "leaseplane-bench: %d runs of %d measurements, %s each plus start-up: about %s\n",
-		*runs, len(jobs), perJob, (time.Duration(*runs*len(jobs)) * (perJob + time.Second)).Round(time.Second))
+	sp := span{dur: *dur, pairs: *pairs}
+	if *pairs == 0 {
+		perJob := warmUp + *dur
+		fmt.Fprintf(stderr, "leaseplane-bench: %d runs of %d measurements, %s each plus start-up: about %s\n",
+			*runs, len(jobs), perJob, (time.Duration(*runs*len(jobs)) * (perJob + time.Second)).Round(time.Second))
+	} else {
+		fmt.Fprintf(stderr, "leaseplane-bench: %d runs of %d measurements, each until %d pairs (at most %s)\n", *runs, len(jobs), *pairs, *dur)
+	}
 	fmt.Fprintf(stdout, "leaseplane-bench: %d clients, %s per workload after a %s warm-up, GOMAXPROCS %s; %s; every target started afresh for each workload\n",
-		*clients, *dur, warmUp, gomaxprocs(), mode)
+		*clients, sp, warmUp, gomaxprocs(), mode)
 	if *runs > 1 {
 		fmt.Fprintf(stdout, "each figure is the median of %d runs; a ratio is the median of the runs' ratios (each against the peer in the same run)\n", *runs)
 	}
@@ -398,7 +409,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if j.plane && *batch > 0 {
 				n /= *batch // orchestrators, each for batch agents
 			}
-			res, err := measure(tg, j.workload, j.polled, n, *dur)
+			res, err := measure(tg, j.workload, j.polled, n, sp)
 			if inProf {
 				pprof.StopCPUProfile()
 			}
@@ -471,9 +482,25 @@ func resource(workload string, i, n int) string {
 	return "bench/" + workload + "/" + strconv.Itoa((i+n)%4)
 }
 
-// measure runs one workload: a warm-up, then dur measured. Pairs count
-// when they end inside the measured span.
-func measure(t target, workload string, polled bool, clients int, dur time.Duration) (result, error) {
+// span is how long a workload is measured: for dur, or (pairs above 0)
+// until pairs pairs are counted, dur then being a watchdog.
+type span struct {
+	dur   time.Duration
+	pairs int64
+}
+
+func (s span) String() string {
+	if s.pairs > 0 {
+		return fmt.Sprintf("%d pairs (at most %s)", s.pairs, s.dur)
+	}
+	return s.dur.String()
+}
+
+// measure runs one workload: a warm-up, then the span measured. Pairs
+// count when they begin after the warm-up and end before the span does.
+// Counting to a number of pairs cannot come out empty on a loaded machine,
+// only slower: it fails only when the watchdog (sp.dur) fires first.
+func measure(t target, workload string, polled bool, clients int, sp span) (result, error) {
 	ws := make([]worker, clients)
 	for i := range ws {
 		w, err := t.worker(i, polled)
@@ -499,6 +526,9 @@ func measure(t target, workload string, polled bool, clients int, dur time.Durat
 		pairLat, grantLat []time.Duration
 	}
 	parts := make([]part, len(ws))
+	var counted atomic.Int64 // pairs counted so far, with sp.pairs
+	enough := make(chan struct{})
+	var enoughOnce sync.Once
 	start := time.Now()
 	from := start.Add(warmUp)
 	var wg sync.WaitGroup
@@ -543,6 +573,9 @@ func measure(t target, workload string, polled bool, clients int, dur time.Durat
 					continue
 				}
 				p.pairs += int64(per)
+				if sp.pairs > 0 && counted.Add(int64(per)) >= sp.pairs {
+					enoughOnce.Do(func() { close(enough) })
+				}
 				for range per {
 					p.pairLat = append(p.pairLat, t2.Sub(t0))
 					p.grantLat = append(p.grantLat, t1.Sub(t0))
@@ -557,13 +590,25 @@ func measure(t target, workload string, polled bool, clients int, dur time.Durat
 		before = st.commitStats()
 	}
 	cpu0, d0 := cpuTime(t)
-	time.Sleep(dur)
+	watchdog := time.NewTimer(sp.dur)
+	timedOut := false
+	if sp.pairs > 0 {
+		select {
+		case <-enough:
+		case <-watchdog.C:
+			timedOut = true
+		}
+	} else {
+		<-watchdog.C
+	}
+	watchdog.Stop()
+	// The span ends here: a pair ending after it is not counted.
+	cancel()
 	cpu1, d1 := cpuTime(t)
 	r := result{workload: workload, cpu: cpu1 - cpu0, daemonCPU: d1 - d0, elapsed: time.Since(from)}
 	if hasStats {
 		r.commits = st.commitStats().minus(before)
 	}
-	cancel()
 	wg.Wait()
 	for _, p := range parts {
 		r.pairs += p.pairs
@@ -579,6 +624,9 @@ func measure(t target, workload string, polled bool, clients int, dur time.Durat
 	slices.Sort(r.grantLat)
 	if r.pairs == 0 && r.firstErr != nil {
 		return r, r.firstErr
+	}
+	if timedOut {
+		return r, fmt.Errorf("%d of %d pairs within %s (%d errors)", r.pairs, sp.pairs, sp.dur, r.errors)
 	}
 	return r, nil
 }

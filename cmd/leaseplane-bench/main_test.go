@@ -97,12 +97,12 @@ func TestProcessPlane(t *testing.T) {
 		if !strings.HasPrefix(tg.url, "http://127.0.0.1:") || !strings.HasPrefix(tg.key, "lp_") {
 			t.Errorf("URL %q and key %q from the first start's output", tg.url, tg.key)
 		}
-		r, err := measure(tg, "queue", polled, 8, 300*time.Millisecond)
+		r, err := measure(tg, "queue", polled, 8, span{pairs: 40, dur: 2 * time.Minute})
 		if err != nil || r.errors != 0 {
 			t.Fatalf("polled %v: %v, %d errors (%v)", polled, err, r.errors, r.firstErr)
 		}
 		m := tg.metrics()
-		if r.made == 0 || r.pairs > r.made {
+		if r.pairs < 40 || r.pairs > r.made {
 			t.Errorf("polled %v: %d pairs made, %d counted", polled, r.made, r.pairs)
 		}
 		// Each pair is one granted acquire and one release; when the run
@@ -127,11 +127,31 @@ func TestProcessPlane(t *testing.T) {
 	}
 }
 
+// TestProcessPlaneManyHeld: with more clients than serve's default cap
+// on one key's open held requests (32), every client of the queue
+// workload waits in a held request at once, and none is refused: the
+// tool raises the cap to its client count (its clients share one key).
+func TestProcessPlaneManyHeld(t *testing.T) {
+	const clients = 40
+	tg, err := openProcessPlane(serverBinary(t), "native", planeOpts{clients: clients}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.close()
+	r, err := measure(tg, "queue", false, clients, span{pairs: 2 * clients, dur: 2 * time.Minute})
+	if err != nil || r.errors != 0 {
+		t.Fatalf("%v, %d errors (%v)", err, r.errors, r.firstErr)
+	}
+	if got, ok := tg.metrics()["leaseplane_held_requests_refused_total"]; !ok || got != 0 {
+		t.Errorf("the server refused %v held requests at its cap (metric there: %v)", got, ok)
+	}
+}
+
 // TestProcessPlaneCPUProfile: --cpuprofile reaches the server process,
 // which writes its profile when it stops.
 func TestProcessPlaneCPUProfile(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "server.prof")
-	code, out, errOut := cli(t, "--server-binary", serverBinary(t), "--clients", "2", "--duration", "200ms", "--peers", "",
+	code, out, errOut := cli(t, "--server-binary", serverBinary(t), "--clients", "2", "--pairs", "20", "--duration", "2m", "--peers", "",
 		"--workloads", "spread", "--cpuprofile", prof)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
@@ -159,6 +179,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--duration", "0s"}, "want a positive duration"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--runs", "0"}, "--runs 0: want 1 to 100"},
+		{[]string{"--pairs", "-1"}, "--pairs -1: want 0"},
 		{[]string{"--queue-waits", "spin"}, `unknown queue wait "spin"`},
 		{[]string{"--in-process", "--server-binary", "/x"}, "choose one"},
 	} {

@@ -61,6 +61,21 @@ type planeOpts struct {
 	batch    int // agents per orchestrator on the prototype batch route; 0: none
 }
 
+// heldCaps are serve's flags that let every client hold a request at
+// once: the bench's clients share one key, where a user's agents would
+// each have their own, so the per-key cap (and, past 512 clients, the
+// plane-wide one and the connection cap) is raised to the client count.
+func (o planeOpts) heldCaps() []string {
+	if o.clients <= server.DefaultMaxHeldPerKey {
+		return nil
+	}
+	args := []string{"--max-held-per-key", strconv.Itoa(o.clients)}
+	if 2*o.clients >= server.DefaultMaxConns {
+		args = append(args, "--max-conns", strconv.Itoa(4*o.clients), "--max-held", strconv.Itoa(2*o.clients))
+	}
+	return args
+}
+
 // conn is the client side of a plane at url with key.
 func (o planeOpts) conn(url, key string) planeConn {
 	c := planeConn{url: url, key: key, hc: newHTTPClient(o.clients), raw: o.raw, jitter: o.jitter, batch: o.batch}
@@ -99,7 +114,14 @@ func openInProcessPlane(engineName string, o planeOpts) (*inProcessPlane, error)
 	if err != nil {
 		return nil, err
 	}
-	s, err := server.New(server.Config{DataDir: dir, Engine: f, Clock: time.Now, NoLedger: o.noLedger})
+	cfg := server.Config{DataDir: dir, Engine: f, Clock: time.Now, NoLedger: o.noLedger}
+	if o.clients > server.DefaultMaxHeldPerKey {
+		cfg.MaxHeldPerKey = o.clients // as heldCaps does for serve
+		if 2*o.clients >= server.DefaultMaxConns {
+			cfg.MaxConns, cfg.MaxHeld = 4*o.clients, 2*o.clients
+		}
+	}
+	s, err := server.New(cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

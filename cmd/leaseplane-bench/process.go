@@ -63,6 +63,7 @@ func openProcessPlane(bin, engineName string, o planeOpts, cpuProfile string) (*
 		return nil, err
 	}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--engine", engineName}
+	args = append(args, o.heldCaps()...)
 	if o.noLedger {
 		args = append(args, "--no-ledger")
 	}
