@@ -284,6 +284,14 @@ func TestDrillRoutesRefuse(t *testing.T) {
 		{"PUT", RouteDrillsCadence, ds.operator, `{"everyMs":"2000"}`, 400, "everyMs must be 0"},
 		{"PUT", RouteDrillsCadence, ds.operator, `[1]`, 400, "the body must be a JSON object"},
 		{"PUT", RouteDrillsCadence, ds.key, `{"everyMs":2000}`, 403, "needs an operator key"},
+		{"POST", RouteDrillsCancel, ds.key, `{"id":"run_1"}`, 403, "needs an operator key"},
+		{"POST", RouteDrillsCancel, ds.operator, `{}`, 400, "id is required"},
+		{"POST", RouteDrillsCancel, ds.operator, `{"id":1}`, 400, "the body must be a JSON object"},
+		{"POST", RouteDrillsCancel, ds.operator, `{"id":"run_x"}`, 400, "id must be a run's id, run_N"},
+		{"POST", RouteDrillsCancel, ds.operator, `{"id":"run_0"}`, 400, "id must be a run's id, run_N"},
+		{"POST", RouteDrillsCancel, ds.operator, `{"id":"run_1","now":true}`, 400, "unknown field"},
+		{"POST", RouteDrillsCancel, ds.operator, `{"id":"run_99"}`, 404, "this workspace has no drill run run_99"},
+		{"GET", RouteDrillsCancel, ds.operator, ``, 405, "takes POST"},
 	}
 	for _, tt := range tests {
 		st, b := ds.do(tt.method, tt.path, tt.key, tt.body)
@@ -293,5 +301,54 @@ func TestDrillRoutesRefuse(t *testing.T) {
 	}
 	if runs, _ := ds.runs(); len(runs) != 0 {
 		t.Errorf("refused requests made runs: %+v", runs)
+	}
+}
+
+// TestDrillQueueBounds: past the plane-wide bound of runs queued or
+// running (lowered to 2 here) every workspace is refused 429 naming it,
+// whatever its own count; a cancel frees a place. The drill is
+// crashed-holder (30 s), so no run finishes meanwhile.
+func TestDrillQueueBounds(t *testing.T) {
+	t.Parallel()
+	ds := newDrillServer(t, t.TempDir(), Config{DrillNames: []string{"crashed-holder"}})
+	ds.s.drills.mu.Lock()
+	ds.s.drills.max = 2
+	ds.s.drills.mu.Unlock()
+	now := time.Now().UnixMilli()
+	op := map[string]string{"default": ds.operator}
+	for _, name := range []string{"b", "c"} {
+		w, _, err := ds.s.Store().EnsureWorkspace(name, nil, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if op[name], _, err = ds.s.Store().CreateKey(w, store.RoleOperator, "", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask := func(ws string) (int, string) {
+		st, b := ds.do("POST", RouteDrillsRun, op[ws], "{}")
+		return st, string(b)
+	}
+	first := ""
+	for _, ws := range []string{"default", "b"} {
+		st, b := ask(ws)
+		if st != 200 {
+			t.Fatalf("run of %s: %d %s", ws, st, b)
+		}
+		if first == "" {
+			var a struct{ ID string }
+			json.Unmarshal([]byte(b), &a)
+			first = a.ID
+		}
+	}
+	st, b := ask("c")
+	if st != 429 || !strings.Contains(b, `"limit":"drillRuns","max":2`) || !strings.Contains(b, "the plane has 2 drill runs queued or running") {
+		t.Errorf("a third run with the plane's bound at 2: %d %s", st, b)
+	}
+	if st, b := ds.do("POST", RouteDrillsCancel, ds.operator, `{"id":"`+first+`"}`); st != 200 || !strings.Contains(string(b), `"cancelledAtMs":`) {
+		t.Fatalf("cancel %s: %d %s", first, st, b)
+	}
+	if st, b := ask("c"); st != 200 {
+		t.Errorf("c's run once a place was freed: %d %s", st, b)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ const (
 	RouteDrillsRun     = api.PathDrillsRun
 	RouteDrillsRuns    = api.PathDrillsRuns
 	RouteDrillsCadence = api.PathDrillsCadence
+	RouteDrillsCancel  = api.PathDrillsCancel
 )
 
 // Cadence bounds: a cadence below a second would only queue runs behind
@@ -31,12 +33,38 @@ const (
 	MaxDrillCadenceMs = 7 * 24 * 3600 * 1000
 )
 
-// drillRunner runs the drill runs one at a time, in the order asked, and
-// asks for the runs cadences make due.
+// Bounds of the drill queue: runs queued or running per workspace and in
+// the whole plane (429 limit_exceeded past either). Runs go one at a time,
+// so a bound per workspace keeps any one operator from filling the queue,
+// and the plane-wide one bounds its memory.
+const (
+	MaxDrillRunsPerWorkspace = 4
+	MaxDrillRuns             = 64
+)
+
+// ReasonRunEnded is the 409 to cancelling a drill run that has already
+// ended (finished or cancelled).
+const ReasonRunEnded = "run_ended"
+
+// LimitDrillRuns names the drill queue's bounds in a 429 limit_exceeded
+// refusal.
+const LimitDrillRuns = "drillRuns"
+
+// errDrillCancelled ends the context of a run an operator cancelled.
+var errDrillCancelled = errors.New("cancelled by an operator")
+
+// drillRunner runs the drill runs one at a time. Each workspace has a
+// queue of its own, in the order it asked; the next run is taken from the
+// workspace that has waited longest since its last run started (round
+// robin), so one workspace's backlog never holds another's behind it. It
+// also asks for the runs cadences make due.
 type drillRunner struct {
 	s       *Server
 	mu      sync.Mutex
-	queue   []drillJob
+	queues  map[int64][]*drillJob // by workspace id: the runs waiting
+	queued  int                   // runs waiting, every workspace
+	served  map[int64]int64       // by workspace id: turn when its last run started
+	turn    int64
 	running *drillJob
 	cadence map[int64]*cadence // by workspace id
 	wake    chan struct{}
@@ -47,19 +75,26 @@ type drillRunner struct {
 	// lastPassed is the verdict of the last finished run: 1, 0, or -1
 	// before any.
 	lastPassed float64
+	// maxPerWorkspace and max are the bounds (the constants, but for tests).
+	maxPerWorkspace, max int
 }
 
 type drillJob struct {
 	id, ws  int64
 	trigger string
+	// cancel ends a running run's context; ended closes when it has
+	// stopped and its record is written.
+	cancel context.CancelCauseFunc
+	ended  chan struct{}
 }
 
 type cadence struct{ every, next int64 }
 
 func newDrillRunner(s *Server) *drillRunner {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &drillRunner{s: s, cadence: map[int64]*cadence{}, wake: make(chan struct{}, 1),
-		ctx: ctx, cancel: cancel, done: make(chan struct{}), lastPassed: -1}
+	return &drillRunner{s: s, queues: map[int64][]*drillJob{}, served: map[int64]int64{}, cadence: map[int64]*cadence{},
+		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}), lastPassed: -1,
+		maxPerWorkspace: MaxDrillRunsPerWorkspace, max: MaxDrillRuns}
 }
 
 // start loads the cadences and the runs a stop interrupted, and starts
@@ -82,7 +117,7 @@ func (r *drillRunner) start() error {
 		if err := st.RequeueDrillRun(run.ID); err != nil {
 			return err
 		}
-		r.queue = append(r.queue, drillJob{id: run.ID, ws: run.Workspace, trigger: run.Trigger})
+		r.enqueue(&drillJob{id: run.ID, ws: run.Workspace, trigger: run.Trigger})
 	}
 	r.started = true
 	go r.loop()
@@ -105,11 +140,76 @@ func (r *drillRunner) poke() {
 	}
 }
 
-// ask queues a run for workspace ws and returns its id.
-func (r *drillRunner) ask(ws int64, trigger string) (int64, error) {
+// enqueue puts job at the end of its workspace's queue (mu held).
+func (r *drillRunner) enqueue(job *drillJob) {
+	job.ended = make(chan struct{})
+	r.queues[job.ws] = append(r.queues[job.ws], job)
+	r.queued++
+}
+
+// next takes the run to start: the first of the workspace whose last run
+// started longest ago (never first; the lower id on a tie); nil when none
+// waits (mu held).
+func (r *drillRunner) next() *drillJob {
+	best, found := int64(0), false
+	for ws := range r.queues {
+		if !found || r.served[ws] < r.served[best] || (r.served[ws] == r.served[best] && ws < best) {
+			best, found = ws, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	q := r.queues[best]
+	job := q[0]
+	if len(q) == 1 {
+		delete(r.queues, best)
+	} else {
+		r.queues[best] = q[1:]
+	}
+	r.queued--
+	r.turn++
+	r.served[best] = r.turn
+	return job
+}
+
+// count is how many runs of ws are queued or running (mu held).
+func (r *drillRunner) count(ws int64) int {
+	n := len(r.queues[ws])
+	if r.running != nil && r.running.ws == ws {
+		n++
+	}
+	return n
+}
+
+// ask queues a run for workspace ws and returns its id; past a bound it
+// returns the 429 to answer instead.
+func (r *drillRunner) ask(ws int64, trigger string) (int64, *reply, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.askLocked(ws, trigger)
+	total := r.queued
+	if r.running != nil {
+		total++
+	}
+	switch {
+	case r.count(ws) >= r.maxPerWorkspace:
+		return 0, drillLimit(r.maxPerWorkspace, "this workspace has "+strconv.Itoa(r.count(ws))+
+			" drill runs queued or running (at most "+strconv.Itoa(r.maxPerWorkspace)+"); ask again once one has finished, or cancel one (POST "+
+			RouteDrillsCancel+")"), nil
+	case total >= r.max:
+		return 0, drillLimit(r.max, "the plane has "+strconv.Itoa(total)+" drill runs queued or running, every workspace's (at most "+
+			strconv.Itoa(r.max)+"); ask again once one has finished"), nil
+	}
+	id, err := r.askLocked(ws, trigger)
+	return id, nil, err
+}
+
+func drillLimit(max int, msg string) *reply {
+	b := append([]byte(nil), `{"ok":false,"reason":"limit_exceeded","limit":"`+LimitDrillRuns+`","max":`...)
+	b = strconv.AppendInt(b, int64(max), 10)
+	b = append(b, `,"error":`...)
+	b = kernel.AppendQuote(b, msg)
+	return &reply{status: 429, retryAfter: 1, answer: append(b, '}')}
 }
 
 func (r *drillRunner) askLocked(ws int64, trigger string) (int64, error) {
@@ -117,9 +217,46 @@ func (r *drillRunner) askLocked(ws int64, trigger string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	r.queue = append(r.queue, drillJob{id: id, ws: ws, trigger: trigger})
+	r.enqueue(&drillJob{id: id, ws: ws, trigger: trigger})
 	r.poke()
 	return id, nil
+}
+
+// cancelRun cancels run id of workspace ws: a queued one leaves its queue,
+// a running one is stopped; either is recorded as cancelled, with no
+// verdict, before it returns (or ctx ends). found is false when ws has no
+// such run queued or running.
+func (r *drillRunner) cancelRun(ctx context.Context, ws, id int64) (found bool, err error) {
+	r.mu.Lock()
+	if j := r.running; j != nil && j.ws == ws && j.id == id {
+		j.cancel(errDrillCancelled)
+		r.mu.Unlock()
+		select {
+		case <-j.ended:
+			return true, nil
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+	q := r.queues[ws]
+	i := slices.IndexFunc(q, func(j *drillJob) bool { return j.id == id })
+	if i < 0 {
+		r.mu.Unlock()
+		return false, nil
+	}
+	j := q[i]
+	if len(q) == 1 {
+		delete(r.queues, ws)
+	} else {
+		r.queues[ws] = slices.Delete(q, i, i+1)
+	}
+	r.queued--
+	if c := r.cadence[ws]; c != nil && j.trigger == "cadence" {
+		c.next = r.s.nowMs() + c.every // not again at once
+	}
+	r.mu.Unlock()
+	close(j.ended)
+	return true, r.s.store.CancelDrillRun(id, drill.ResultsJSON(nil), r.s.nowMs())
 }
 
 // setCadence sets workspace ws's cadence (0 stops it).
@@ -147,19 +284,6 @@ func (r *drillRunner) cadenceOf(ws int64) int64 {
 	return 0
 }
 
-// pending reports whether ws has a run queued or running (mu held).
-func (r *drillRunner) pending(ws int64) bool {
-	if r.running != nil && r.running.ws == ws {
-		return true
-	}
-	for _, j := range r.queue {
-		if j.ws == ws {
-			return true
-		}
-	}
-	return false
-}
-
 func (r *drillRunner) loop() {
 	defer close(r.done)
 	for {
@@ -170,7 +294,7 @@ func (r *drillRunner) loop() {
 		now := r.s.nowMs()
 		wait := int64(-1)
 		for ws, c := range r.cadence {
-			if r.pending(ws) {
+			if r.count(ws) > 0 {
 				continue
 			}
 			if c.next <= now {
@@ -182,11 +306,10 @@ func (r *drillRunner) loop() {
 				wait = c.next - now
 			}
 		}
-		var job *drillJob
-		if len(r.queue) > 0 {
-			j := r.queue[0]
-			r.queue = r.queue[1:]
-			job = &j
+		job := r.next()
+		var ctx context.Context
+		if job != nil {
+			ctx, job.cancel = context.WithCancelCause(r.ctx)
 			r.running = job
 		}
 		r.mu.Unlock()
@@ -206,14 +329,16 @@ func (r *drillRunner) loop() {
 			stop()
 			continue
 		}
-		r.runJob(*job)
+		r.runJob(ctx, job)
 		r.mu.Lock()
 		r.running = nil
 		r.mu.Unlock()
+		job.cancel(nil)
+		close(job.ended)
 	}
 }
 
-func (r *drillRunner) runJob(job drillJob) {
+func (r *drillRunner) runJob(ctx context.Context, job *drillJob) {
 	s := r.s
 	started := s.nowMs()
 	r.mu.Lock()
@@ -224,7 +349,7 @@ func (r *drillRunner) runJob(job drillJob) {
 	if err := s.store.StartDrillRun(job.id, started); err != nil {
 		s.log.Error("drills: starting a run failed", "run", job.id, "err", err)
 	}
-	results, err := s.runDrills(r.ctx, job.id, func(sofar []drill.Result) {
+	results, err := s.runDrills(ctx, job.id, func(sofar []drill.Result) {
 		if err := s.store.SaveDrillRun(job.id, drill.ResultsJSON(sofar), 0, false); err != nil {
 			s.log.Warn("drills: saving progress failed", "run", job.id, "err", err)
 		}
@@ -232,16 +357,20 @@ func (r *drillRunner) runJob(job drillJob) {
 	if r.ctx.Err() != nil {
 		return // interrupted by a stop: it runs again after the restart
 	}
+	finished := max(s.nowMs(), started)
+	if context.Cause(ctx) == errDrillCancelled {
+		if err := s.store.CancelDrillRun(job.id, drill.ResultsJSON(results), finished); err != nil {
+			s.log.Error("drills: saving a cancelled run failed", "run", job.id, "err", err)
+		}
+		s.log.Info("drills: run cancelled", "run", job.id, "ms", finished-started)
+		return
+	}
 	passed := err == nil && len(results) > 0
 	for _, d := range results {
 		passed = passed && d.Passed
 	}
 	if err != nil {
 		results = append(results, drill.Result{Name: "run", Detail: "the run could not go on: " + err.Error()})
-	}
-	finished := s.nowMs()
-	if finished <= started {
-		finished = started
 	}
 	if err := s.store.SaveDrillRun(job.id, drill.ResultsJSON(results), finished, passed); err != nil {
 		s.log.Error("drills: saving a run failed", "run", job.id, "err", err)
@@ -319,12 +448,47 @@ func (s *Server) drillRoutes() {
 		if err := decodeStrict(body, &req); err != nil {
 			return invalid(err.Error() + " (POST " + RouteDrillsRun + " takes {})")
 		}
-		id, err := s.drills.ask(k.WorkspaceID, "asked")
+		id, refused, err := s.drills.ask(k.WorkspaceID, "asked")
 		if err != nil {
 			s.log.Error("drills: queueing a run failed", "err", err)
 			return unavailable(err)
 		}
+		if refused != nil {
+			return *refused
+		}
 		return jsonReply(map[string]any{"ok": true, "id": runID(id)})
+	}))
+	s.mux.Handle(RouteDrillsCancel, s.keyRoute(api.DrillsCancel, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
+		var req struct {
+			ID *string `json:"id"`
+		}
+		if err := decodeStrict(body, &req); err != nil {
+			return invalid(err.Error() + ` (POST ` + RouteDrillsCancel + ` takes {"id": "run_N"})`)
+		}
+		if req.ID == nil {
+			return invalid(`id is required: the run to cancel, "run_N" as POST ` + RouteDrillsRun + ` answered it`)
+		}
+		id, err := strconv.ParseInt(strings.TrimPrefix(*req.ID, "run_"), 10, 64)
+		if err != nil || !strings.HasPrefix(*req.ID, "run_") || id <= 0 {
+			return invalid("id must be a run's id, run_N (N from 1), as POST " + RouteDrillsRun + " answered it; got " + strconv.Quote(*req.ID))
+		}
+		found, err := s.drills.cancelRun(r.Context(), k.WorkspaceID, id)
+		if err != nil {
+			return unavailable(err)
+		}
+		run, ok, err := s.store.DrillRunOf(r.Context(), k.WorkspaceID, id)
+		switch {
+		case err != nil:
+			return unavailable(err)
+		case !ok:
+			return refusal(404, ReasonNotFound, "this workspace has no drill run "+runID(id))
+		case run.CancelledMs != 0 && found:
+			return jsonReply(map[string]any{"ok": true, "run": toRunJSON(run)})
+		case run.CancelledMs != 0:
+			return refusal(409, ReasonRunEnded, "drill run "+runID(id)+" was already cancelled")
+		default:
+			return refusal(409, ReasonRunEnded, "drill run "+runID(id)+" has already finished; only a queued or running run can be cancelled")
+		}
 	}))
 	s.mux.Handle(RouteDrillsRuns, s.keyRoute(api.DrillsRuns, func(r *http.Request, k store.Key, q api.Query, body []byte) reply {
 		limit := 20
@@ -365,13 +529,16 @@ func (s *Server) drillRoutes() {
 
 // runJSON is a run as GET /api/v1/drills/runs shows it.
 type runJSON struct {
-	ID           string          `json:"id"`
-	Trigger      string          `json:"trigger"`
-	RequestedAt  int64           `json:"requestedAtMs"`
-	StartedAtMs  *int64          `json:"startedAtMs"`
-	FinishedAtMs *int64          `json:"finishedAtMs"`
-	Passed       *bool           `json:"passed"`
-	Drills       json.RawMessage `json:"drills"`
+	ID           string `json:"id"`
+	Trigger      string `json:"trigger"`
+	RequestedAt  int64  `json:"requestedAtMs"`
+	StartedAtMs  *int64 `json:"startedAtMs"`
+	FinishedAtMs *int64 `json:"finishedAtMs"`
+	// CancelledAtMs is set when an operator cancelled the run (then
+	// finishedAtMs is the same and passed stays null).
+	CancelledAtMs *int64          `json:"cancelledAtMs"`
+	Passed        *bool           `json:"passed"`
+	Drills        json.RawMessage `json:"drills"`
 }
 
 func toRunJSON(r store.DrillRun) runJSON {
@@ -379,7 +546,10 @@ func toRunJSON(r store.DrillRun) runJSON {
 	if r.StartedMs != 0 {
 		out.StartedAtMs = &r.StartedMs
 	}
-	if r.FinishedMs != 0 {
+	switch {
+	case r.CancelledMs != 0:
+		out.FinishedAtMs, out.CancelledAtMs = &r.FinishedMs, &r.CancelledMs
+	case r.FinishedMs != 0:
 		out.FinishedAtMs = &r.FinishedMs
 		out.Passed = &r.Passed
 	}

@@ -33,7 +33,14 @@ const watchdog = 60 * time.Second
 // startChildArgs runs the binary on data with the extra serve flags args.
 func startChildArgs(t *testing.T, data string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(servertest.Binary(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-level", "error"}, args...)...)
+	return startChildBin(t, servertest.Binary(t), data, args...)
+}
+
+// startChildBin is startChildArgs of the binary bin (servertest.TestBinary
+// for the test-only flags).
+func startChildBin(t *testing.T, bin, data string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-level", "error"}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -12,11 +12,12 @@ import (
 
 // drillRun is a run as GET /api/v1/drills/runs shows it.
 type drillRun struct {
-	ID           string `json:"id"`
-	StartedAtMs  *int64 `json:"startedAtMs"`
-	FinishedAtMs *int64 `json:"finishedAtMs"`
-	Passed       *bool  `json:"passed"`
-	Drills       []struct {
+	ID            string `json:"id"`
+	StartedAtMs   *int64 `json:"startedAtMs"`
+	FinishedAtMs  *int64 `json:"finishedAtMs"`
+	CancelledAtMs *int64 `json:"cancelledAtMs"`
+	Passed        *bool  `json:"passed"`
+	Drills        []struct {
 		Name     string `json:"name"`
 		Passed   bool   `json:"passed"`
 		Detail   string `json:"detail"`
@@ -135,6 +136,10 @@ func printDrillRun(w io.Writer, r drillRun) int {
 	ms := int64(0)
 	if r.StartedAtMs != nil {
 		ms = *r.FinishedAtMs - *r.StartedAtMs
+	}
+	if r.CancelledAtMs != nil {
+		fmt.Fprintf(w, "drill run %s was cancelled after %d ms\n", r.ID, ms)
+		return exitRefused
 	}
 	if r.Passed != nil && *r.Passed {
 		fmt.Fprintf(w, "drill run %s passed in %d ms\n", r.ID, ms)

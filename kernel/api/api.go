@@ -26,7 +26,7 @@ const (
 	// RoleAgent names only its own agent (Key.AgentDID).
 	RoleAgent Role = "agent"
 	// RoleOperator may do what a workspace key may, and the operator's
-	// acts (suspend, resume, forget, drills' runs and cadence).
+	// acts (suspend, resume, forget, drills' runs, cancels and cadence).
 	RoleOperator Role = "operator"
 )
 
@@ -72,6 +72,7 @@ const (
 	PathDrillsRun        = "/api/v1/drills/run"
 	PathDrillsRuns       = "/api/v1/drills/runs"
 	PathDrillsCadence    = "/api/v1/drills/cadence"
+	PathDrillsCancel     = "/api/v1/drills/cancel"
 	ParamWaitUpToMs      = "waitUpToMs"
 	MaxWaitUpToMs        = 30000 // the longest a lease request is held (?waitUpToMs=N)
 	DefaultMaxBodyBytes  = 8192  // a request body's default limit (413 above it)
@@ -105,6 +106,7 @@ var (
 	DrillsRun      = Route{Method: "POST", Path: PathDrillsRun, Access: OperatorKey, What: PathDrillsRun}
 	DrillsRuns     = Route{Method: "GET", Path: PathDrillsRuns, Access: NoAgentKey, Query: []string{"limit"}, What: PathDrillsRuns}
 	DrillsCadence  = Route{Method: "PUT", Path: PathDrillsCadence, Access: OperatorKey, What: PathDrillsCadence}
+	DrillsCancel   = Route{Method: "POST", Path: PathDrillsCancel, Access: OperatorKey, What: PathDrillsCancel}
 )
 
 // LedgerRoutes are the ledger's routes (every key of the workspace reads

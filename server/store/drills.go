@@ -32,6 +32,16 @@ func (s *Store) initDrills() error {
 	if _, err := s.db.Exec(drillSchema); err != nil {
 		return fmt.Errorf("store: create drills schema: %w", err)
 	}
+	// cancelled_ms came after the first release: added to an older table.
+	var has int
+	if err := s.db.QueryRow(`SELECT count(*) FROM pragma_table_info('drill_runs') WHERE name = 'cancelled_ms'`).Scan(&has); err != nil {
+		return fmt.Errorf("store: read the drill runs' columns: %w", err)
+	}
+	if has == 0 {
+		if _, err := s.db.Exec(`ALTER TABLE drill_runs ADD COLUMN cancelled_ms INTEGER`); err != nil {
+			return fmt.Errorf("store: add the cancelled_ms column to the drill runs: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -107,7 +117,8 @@ type DrillRun struct {
 	RequestedMs int64
 	StartedMs   int64 // 0 while queued
 	FinishedMs  int64 // 0 while queued or running
-	Passed      bool  // meaningful once finished
+	CancelledMs int64 // when an operator cancelled it (then FinishedMs too); 0 if not
+	Passed      bool  // meaningful once finished, unless cancelled
 	Drills      []byte
 }
 
@@ -143,19 +154,44 @@ func (s *Store) SaveDrillRun(id int64, drills []byte, finishedMs int64, passed b
 	return nil
 }
 
+// CancelDrillRun ends a queued or running run as cancelled at nowMs, with
+// the drills it had done (no verdict).
+func (s *Store) CancelDrillRun(id int64, drills []byte, nowMs int64) error {
+	if _, err := s.db.Exec(`UPDATE drill_runs SET drills = ?, finished_ms = ?, cancelled_ms = ?, passed = NULL WHERE id = ?`,
+		string(drills), nowMs, nowMs, id); err != nil {
+		return fmt.Errorf("store: cancel drill run %d: %w", id, err)
+	}
+	return nil
+}
+
+const drillRunColumns = `id, workspace_id, trigger, requested_ms, started_ms, finished_ms, cancelled_ms, passed, drills`
+
+func scanDrillRun(rows *sql.Rows) (DrillRun, error) {
+	var r DrillRun
+	var started, finished, cancelled sql.NullInt64
+	var passed sql.NullBool
+	var drills string
+	err := rows.Scan(&r.ID, &r.Workspace, &r.Trigger, &r.RequestedMs, &started, &finished, &cancelled, &passed, &drills)
+	r.StartedMs, r.FinishedMs, r.CancelledMs, r.Passed, r.Drills = started.Int64, finished.Int64, cancelled.Int64, passed.Bool, []byte(drills)
+	return r, err
+}
+
 // DrillRuns lists the runs workspace ws asked for, newest first, at most
 // limit.
 func (s *Store) DrillRuns(ctx context.Context, ws int64, limit int) ([]DrillRun, error) {
-	return queryAll(ctx, s.db, "list drill runs", func(rows *sql.Rows) (DrillRun, error) {
-		var r DrillRun
-		var started, finished sql.NullInt64
-		var passed sql.NullBool
-		var drills string
-		err := rows.Scan(&r.ID, &r.Workspace, &r.Trigger, &r.RequestedMs, &started, &finished, &passed, &drills)
-		r.StartedMs, r.FinishedMs, r.Passed, r.Drills = started.Int64, finished.Int64, passed.Bool, []byte(drills)
-		return r, err
-	}, `SELECT id, workspace_id, trigger, requested_ms, started_ms, finished_ms, passed, drills
-		FROM drill_runs WHERE workspace_id = ? ORDER BY id DESC LIMIT ?`, ws, limit)
+	return queryAll(ctx, s.db, "list drill runs", scanDrillRun,
+		`SELECT `+drillRunColumns+` FROM drill_runs WHERE workspace_id = ? ORDER BY id DESC LIMIT ?`, ws, limit)
+}
+
+// DrillRunOf is run id of workspace ws; ok is false when ws has no such
+// run.
+func (s *Store) DrillRunOf(ctx context.Context, ws, id int64) (r DrillRun, ok bool, err error) {
+	rs, err := queryAll(ctx, s.db, "read a drill run", scanDrillRun,
+		`SELECT `+drillRunColumns+` FROM drill_runs WHERE workspace_id = ? AND id = ?`, ws, id)
+	if err != nil || len(rs) == 0 {
+		return DrillRun{}, false, err
+	}
+	return rs[0], true, nil
 }
 
 // UnfinishedDrillRuns lists the runs that were queued or running when the
