@@ -7,7 +7,10 @@ export const LEASE_TTL_MS = 30000;
 
 const ENDS = new Set(['coordination.release', 'coordination.expire', 'coordination.revoke']);
 
-/** A refusal of the plane, or a failure to reach it. */
+/**
+ * A refusal of the plane, or a failure to reach it. A subclass's static
+ * fields(answer) gives the fields it reads from the answer.
+ */
 export class LeaseplaneError extends Error {
   constructor(message, { status = 0, answer = {}, retryAfter = null, reason } = {}) {
     super(message);
@@ -16,54 +19,38 @@ export class LeaseplaneError extends Error {
     this.answer = answer;
     this.retryAfter = retryAfter;
     this.reason = answer.reason ?? reason ?? new.target.reason ?? 'error';
+    Object.assign(this, new.target.fields?.(answer));
   }
 }
 export class LeaseHeld extends LeaseplaneError {
   static reason = 'lease_held';
-  constructor(message, opts) {
-    super(message, opts);
-    const a = this.answer;
-    this.holder = a.holder ?? null;
-    this.holders = a.holders ?? [];
-    this.claimants = a.claimants ?? [];
-    this.waitMs = a.stampede?.waitMs ?? 0;
-    this.admitted = a.stampede?.admitted ?? [];
-  }
+  static fields = (a) => ({
+    holder: a.holder ?? null, holders: a.holders ?? [], claimants: a.claimants ?? [],
+    waitMs: a.stampede?.waitMs ?? 0, admitted: a.stampede?.admitted ?? [],
+  });
 }
 export class Deadlock extends LeaseplaneError {
   static reason = 'deadlock';
-  constructor(message, opts) {
-    super(message, opts);
-    this.holder = this.answer.holder ?? null;
-    this.waitingOn = this.answer.waitingOn ?? null;
-    this.cycle = this.answer.cycle ?? [];
-  }
+  static fields = (a) => ({ holder: a.holder ?? null, waitingOn: a.waitingOn ?? null, cycle: a.cycle ?? [] });
 }
-export class Suspended extends LeaseplaneError { static reason = 'suspended'; }
 export class LimitExceeded extends LeaseplaneError {
   static reason = 'limit_exceeded';
-  constructor(message, opts) {
-    super(message, opts);
-    this.limit = this.answer.limit ?? null;
-    this.max = this.answer.max ?? null;
-  }
+  static fields = (a) => ({ limit: a.limit ?? null, max: a.max ?? null });
 }
-export class Cancelled extends LeaseplaneError { static reason = 'cancelled'; }
-export class StaleLease extends LeaseplaneError { static reason = 'stale_lease'; }
-export class Unauthorized extends LeaseplaneError { static reason = 'unauthorized'; }
-export class ActorMismatch extends LeaseplaneError { static reason = 'actor_mismatch'; }
-export class Forbidden extends LeaseplaneError { static reason = 'forbidden'; }
-export class InvalidRequest extends LeaseplaneError { static reason = 'invalid_request'; }
-export class Unavailable extends LeaseplaneError { static reason = 'unavailable'; }
-export class NotFound extends LeaseplaneError { static reason = 'not_found'; }
-export class AgentBusy extends LeaseplaneError { static reason = 'agent_busy'; }
-export class Gone extends LeaseplaneError { static reason = 'gone'; }
+// The refusals that carry nothing beyond their reason, one class each.
+const plain = Object.fromEntries(Object.entries({
+  Suspended: 'suspended', Cancelled: 'cancelled', StaleLease: 'stale_lease', Unauthorized: 'unauthorized',
+  ActorMismatch: 'actor_mismatch', Forbidden: 'forbidden', InvalidRequest: 'invalid_request',
+  Unavailable: 'unavailable', NotFound: 'not_found', AgentBusy: 'agent_busy', Gone: 'gone',
+}).map(([name, reason]) => [name, { [name]: class extends LeaseplaneError { static reason = reason; } }[name]]));
+export const {
+  Suspended, Cancelled, StaleLease, Unauthorized, ActorMismatch, Forbidden, InvalidRequest, Unavailable, NotFound, AgentBusy, Gone,
+} = plain;
+// Not the plane's answers: the client's own.
 export class PlaneUnreachable extends LeaseplaneError { static reason = 'unreachable'; }
 export class LeaseLost extends LeaseplaneError { static reason = 'lost'; }
 
-const byReason = Object.fromEntries([LeaseHeld, Deadlock, Suspended, LimitExceeded, Cancelled, StaleLease,
-  Unauthorized, ActorMismatch, Forbidden, InvalidRequest, Unavailable, NotFound, AgentBusy, Gone]
-  .map((c) => [c.reason, c]));
+const byReason = Object.fromEntries([LeaseHeld, Deadlock, LimitExceeded, ...Object.values(plain)].map((c) => [c.reason, c]));
 
 /** errorOf is the error for a refusal answer. */
 export function errorOf(status, answer, retryAfter = null) {

@@ -16,6 +16,11 @@ class LeaseplaneError(Exception):
 
     reason: str = "error"
 
+    def __init_subclass__(cls, reason: str = "", **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if reason:
+            cls.reason = reason
+
     def __init__(self, message: str, *, status: int = 0, answer: Optional[Mapping[str, Any]] = None,
                  retry_after: Optional[float] = None) -> None:
         super().__init__(message)
@@ -24,23 +29,23 @@ class LeaseplaneError(Exception):
         if "reason" in self.answer:
             self.reason = str(self.answer["reason"])
         self.retry_after = retry_after
+        self._read(self.answer)
+
+    def _read(self, answer: Dict[str, Any]) -> None:
+        """Sets the fields a subclass reads from the answer."""
 
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
 
 
-class LeaseHeld(LeaseplaneError):
+class LeaseHeld(LeaseplaneError, reason="lease_held"):
     """The resource is held by another agent, or claims of waiters ahead
     stand in the way (then ``holder`` is None and ``claimants`` names them).
     ``wait_ms`` is the back-off the plane advises; ``admitted`` the first
     waiters, in queue order."""
 
-    reason = "lease_held"
-
-    def __init__(self, message: str, **kw: Any) -> None:
-        super().__init__(message, **kw)
-        a = self.answer
+    def _read(self, a: Dict[str, Any]) -> None:
         self.holder: Optional[str] = a.get("holder")
         self.holders: List[str] = list(a.get("holders") or [])
         self.claimants: List[str] = list(a.get("claimants") or [])
@@ -49,111 +54,79 @@ class LeaseHeld(LeaseplaneError):
         self.admitted: List[str] = list(st.get("admitted") or [])
 
 
-class Deadlock(LeaseplaneError):
+class Deadlock(LeaseplaneError, reason="deadlock"):
     """Waiting would never end: ``holder`` holds the resource and waits on
     ``waiting_on``; ``cycle`` is the loop of agents and resources. Release
     something you hold and try again."""
 
-    reason = "deadlock"
-
-    def __init__(self, message: str, **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.holder: Optional[str] = self.answer.get("holder")
-        self.waiting_on: Optional[str] = self.answer.get("waitingOn")
-        self.cycle: List[str] = list(self.answer.get("cycle") or [])
+    def _read(self, a: Dict[str, Any]) -> None:
+        self.holder: Optional[str] = a.get("holder")
+        self.waiting_on: Optional[str] = a.get("waitingOn")
+        self.cycle: List[str] = list(a.get("cycle") or [])
 
 
-class Suspended(LeaseplaneError):
+class Suspended(LeaseplaneError, reason="suspended"):
     """An operator has suspended this agent: nothing is granted to it until
     it is resumed."""
 
-    reason = "suspended"
 
-
-class LimitExceeded(LeaseplaneError):
+class LimitExceeded(LeaseplaneError, reason="limit_exceeded"):
     """A workspace limit (``limit``, at most ``max``) or a request limit."""
 
-    reason = "limit_exceeded"
-
-    def __init__(self, message: str, **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.limit: Optional[str] = self.answer.get("limit")
-        self.max: Optional[int] = self.answer.get("max")
+    def _read(self, a: Dict[str, Any]) -> None:
+        self.limit: Optional[str] = a.get("limit")
+        self.max: Optional[int] = a.get("max")
 
 
-class Cancelled(LeaseplaneError):
+class Cancelled(LeaseplaneError, reason="cancelled"):
     """A held request ended because the agent released or asked again."""
 
-    reason = "cancelled"
 
-
-class StaleLease(LeaseplaneError):
+class StaleLease(LeaseplaneError, reason="stale_lease"):
     """The lease id named is not a live lease of this agent on the resource."""
 
-    reason = "stale_lease"
 
-
-class Unauthorized(LeaseplaneError):
+class Unauthorized(LeaseplaneError, reason="unauthorized"):
     """The key is missing, unknown or revoked."""
 
-    reason = "unauthorized"
 
-
-class ActorMismatch(LeaseplaneError):
+class ActorMismatch(LeaseplaneError, reason="actor_mismatch"):
     """An agent key named another agent."""
 
-    reason = "actor_mismatch"
 
-
-class Forbidden(LeaseplaneError):
+class Forbidden(LeaseplaneError, reason="forbidden"):
     """The key's role may not do this (an operator route with a workspace key)."""
 
-    reason = "forbidden"
 
-
-class InvalidRequest(LeaseplaneError):
+class InvalidRequest(LeaseplaneError, reason="invalid_request"):
     """The request is malformed; the message names the field."""
 
-    reason = "invalid_request"
 
-
-class Unavailable(LeaseplaneError):
+class Unavailable(LeaseplaneError, reason="unavailable"):
     """The plane cannot decide now (nothing was granted); retry after
     ``retry_after`` seconds."""
 
-    reason = "unavailable"
 
-
-class NotFound(LeaseplaneError):
+class NotFound(LeaseplaneError, reason="not_found"):
     """No such route or thing."""
 
-    reason = "not_found"
 
-
-class AgentBusy(LeaseplaneError):
+class AgentBusy(LeaseplaneError, reason="agent_busy"):
     """An operator's forget of an agent that still holds or waits."""
 
-    reason = "agent_busy"
 
-
-class Gone(LeaseplaneError):
+class Gone(LeaseplaneError, reason="gone"):
     """Events or entries that retention dropped."""
 
-    reason = "gone"
 
-
-class PlaneUnreachable(LeaseplaneError, ConnectionError):
+class PlaneUnreachable(LeaseplaneError, ConnectionError, reason="unreachable"):
     """The plane could not be reached (no connection, a cut answer)."""
 
-    reason = "unreachable"
 
-
-class LeaseLost(LeaseplaneError):
+class LeaseLost(LeaseplaneError, reason="lost"):
     """A lease held with ``plane.lease(...)`` was lost while the block ran:
     revoked (an operator suspended the agent), expired, or the plane could
     not be reached before it lapsed. Raised when the block exits."""
-
-    reason = "lost"
 
 
 _BY_REASON: Dict[str, Type[LeaseplaneError]] = {c.reason: c for c in (

@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Generic, Iterator, Mapping, Optional, Tuple, TypeVar, cast
 
 from ._errors import (LeaseHeld, LeaseLost, LeaseplaneError, PlaneUnreachable, Unavailable, error_of)
 
@@ -22,6 +22,8 @@ MAX_HOLD_S = 30.0
 RENEW_EVERY_S = 10.0
 #: A lease's lifetime from its grant or last renewal.
 LEASE_TTL_S = 30.0
+
+T = TypeVar("T")
 
 _ENDS = ("coordination.release", "coordination.expire", "coordination.revoke")
 
@@ -338,6 +340,19 @@ class EventStream:
             conn.close()
 
 
+class _Granted(Generic[T]):
+    """A read-only attribute of a HeldLease: the same field of its newest grant."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, held: "HeldLease", owner: Optional[type] = None) -> T:
+        return cast(T, getattr(held._current(), self.name))
+
+    def __set__(self, held: "HeldLease", value: Any) -> None:
+        raise AttributeError("leaseplane: %s of a held lease is the plane's, read-only" % self.name)
+
+
 class HeldLease:
     """The lease a ``with plane.lease(...)`` block holds. Its attributes are
     the newest grant's (``id``, ``fence``, ...); ``lost`` turns True when
@@ -359,29 +374,12 @@ class HeldLease:
         self._threads: list = []
 
     # The newest grant's fields.
-    @property
-    def id(self) -> str:
-        return self._current().id
-
-    @property
-    def fence(self) -> int:
-        return self._current().fence
-
-    @property
-    def mode(self) -> str:
-        return self._current().mode
-
-    @property
-    def holder(self) -> str:
-        return self._current().holder
-
-    @property
-    def granted_at_ms(self) -> int:
-        return self._current().granted_at_ms
-
-    @property
-    def expires_at_ms(self) -> int:
-        return self._current().expires_at_ms
+    id = _Granted[str]()
+    fence = _Granted[int]()
+    mode = _Granted[str]()
+    holder = _Granted[str]()
+    granted_at_ms = _Granted[int]()
+    expires_at_ms = _Granted[int]()
 
     @property
     def lost(self) -> bool:
