@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leaseplane/leaseplane/cmd/internal/keyless"
 )
 
 // attack runs the three phases of `leaseplane-measure attack`.
@@ -76,16 +78,16 @@ func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey, hol
 			}
 		}
 	}()
-	a := &attacker{url: c.base, addrs: addrs, pace: pace}
-	a.start(sockets)
-	for a.opened.Load() < int64(sockets) {
+	a := &keyless.Attacker{URL: c.base, Addrs: addrs, Pace: pace}
+	a.Start(sockets)
+	for a.Opened.Load() < int64(sockets) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	start := a.opened.Load()
+	start := a.Opened.Load()
 	tenant("under attack")
 	fmt.Printf("attacker: %d sockets kept trying at once from %d addresses, each reopened %v after the server closed it; %d connections accepted by the OS during the measurement, %d before; at most %d open at once as the attacker saw them\n",
-		sockets, addrs, pace, a.opened.Load()-start, start, a.maxOpen.Load())
-	a.stop()
+		sockets, addrs, pace, a.Opened.Load()-start, start, a.MaxOpen.Load())
+	a.Stop()
 	close(sampling)
 	fmt.Printf("the plane: at most %d connections without a key open at once (sampled every 200 ms); %d closed at once, %d evicted for a newcomer\n",
 		most.Load(), refusedConns.Load(), evicted.Load())
@@ -144,79 +146,4 @@ func agentOf(c *client, key string) string {
 	_, rest, _ := strings.Cut(string(b), `"actorDid":"`)
 	did, _, _ := strings.Cut(rest, `"`)
 	return did
-}
-
-// attacker holds sockets without a key against url from the addresses
-// 127.0.0.2 and on, each slot reopening its socket when the server closes
-// it.
-type attacker struct {
-	url     string
-	addrs   int
-	pace    time.Duration
-	opened  atomic.Int64
-	open    atomic.Int64
-	maxOpen atomic.Int64
-	stopped atomic.Bool
-	quit    chan struct{}
-	wg      sync.WaitGroup
-}
-
-var attackKinds = []string{"idle", "silent", "stalled-bogus-key", "stalled-no-key", "keep-alive-idle"}
-
-func (a *attacker) start(slots int) {
-	a.quit = make(chan struct{})
-	for i := range slots {
-		a.wg.Add(1)
-		go a.slot(i)
-	}
-}
-
-func (a *attacker) slot(i int) {
-	defer a.wg.Done()
-	ip := net.ParseIP(fmt.Sprintf("127.0.0.%d", 2+i%a.addrs))
-	kind := attackKinds[(i/a.addrs)%len(attackKinds)]
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 10 * time.Second}
-	for !a.stopped.Load() {
-		c, err := d.Dial("tcp", strings.TrimPrefix(a.url, "http://"))
-		if err != nil {
-			select {
-			case <-time.After(time.Second):
-			case <-a.quit:
-			}
-			continue
-		}
-		a.opened.Add(1)
-		if n := a.open.Add(1); n > a.maxOpen.Load() {
-			a.maxOpen.Store(n)
-		}
-		switch kind {
-		case "silent":
-			io.WriteString(c, "GET /api/v1/acp/coordination/wait HT")
-		case "stalled-bogus-key":
-			io.WriteString(c, "POST /api/v1/acp/coordination/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer lp_bogus\r\nContent-Length: 100\r\n\r\n{")
-		case "stalled-no-key":
-			io.WriteString(c, "POST /api/v1/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-		case "keep-alive-idle":
-			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		}
-		done := make(chan struct{})
-		go func() { io.Copy(io.Discard, c); close(done) }()
-		select {
-		case <-done:
-		case <-a.quit:
-		}
-		c.Close()
-		<-done
-		a.open.Add(-1)
-		select {
-		case <-time.After(a.pace): // then a new socket
-		case <-a.quit:
-		}
-	}
-}
-
-func (a *attacker) stop() {
-	a.stopped.Store(true)
-	close(a.quit)
-	a.wg.Wait()
 }

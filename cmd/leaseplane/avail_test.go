@@ -19,10 +19,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leaseplane/leaseplane/cmd/internal/keyless"
 	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
@@ -30,32 +30,18 @@ import (
 // takes on a loaded machine, so that only a hang trips it.
 const watchdog = 60 * time.Second
 
-// startChildArgs runs the binary on data with the extra serve flags args.
-func startChildArgs(t *testing.T, data string, args ...string) *child {
+// startHolding runs the binary on a new data folder with the extra serve
+// flags args, and returns it, the folder and a workspace key whose agent
+// didRelease holds lock:r.
+func startHolding(t *testing.T, args ...string) (c *child, data, ws string) {
 	t.Helper()
-	return startChildBin(t, servertest.Binary(t), data, args...)
-}
-
-// startChildBin is startChildArgs of the binary bin (servertest.TestBinary
-// for the test-only flags).
-func startChildBin(t *testing.T, bin, data string, args ...string) *child {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-level", "error"}, args...)...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	data = t.TempDir()
+	c = startChildArgs(t, data, args...)
+	ws = keysCLI(t, "create", "--data", data, "--workspace", "default")
+	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", ws, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
+		t.Fatalf("holder: %d %s", a.status, a.raw)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if c.url, c.key = servertest.ReadServeStart(out); c.url == "" {
-		t.Fatalf("serve printed no URL")
-	}
-	go io.Copy(io.Discard, out)
-	return c
+	return c, data, ws
 }
 
 // dialFrom opens a TCP connection to the server at url from the local
@@ -152,85 +138,6 @@ func TestStalledBodies(t *testing.T) {
 	t.Logf("%d stalled bodies, %d answered and closed", len(probes), len(probes)-failed)
 }
 
-// attacker holds sockets against url from the addresses 127.0.0.2 and
-// after, each slot doing one kind of harm and opening a new socket when
-// the server closes its own, until stop is called.
-type attacker struct {
-	url     string
-	addrs   int
-	opened  atomic.Int64 // connections the server accepted (dial succeeded)
-	open    atomic.Int64 // open now, from the attacker's side
-	maxOpen atomic.Int64
-	stopped atomic.Bool
-	wg      sync.WaitGroup
-}
-
-// attackKinds are what a slot does once connected: nothing; half a
-// request line; a lease's headers with a made-up key and one byte of its
-// body; a POST to an unknown route without a key and one byte of body;
-// a /healthz answered, then the connection kept open idle.
-var attackKinds = []string{"idle", "silent", "stalled-bogus-key", "stalled-no-key", "keep-alive-idle"}
-
-func (a *attacker) start(slots int) {
-	for i := range slots {
-		a.wg.Add(1)
-		go a.slot(i)
-	}
-}
-
-func (a *attacker) slot(i int) {
-	defer a.wg.Done()
-	ip := fmt.Sprintf("127.0.0.%d", 2+i%a.addrs)
-	kind := attackKinds[(i/a.addrs)%len(attackKinds)]
-	for !a.stopped.Load() {
-		c, err := dialFrom(ip, a.url, 10*time.Second)
-		if err != nil {
-			time.Sleep(time.Second)
-			continue
-		}
-		a.opened.Add(1)
-		if n := a.open.Add(1); n > a.maxOpen.Load() {
-			a.maxOpen.Store(n) // racy maximum: good enough for a figure
-		}
-		switch kind {
-		case "silent":
-			io.WriteString(c, "GET /api/v1/acp/coordination/wait HT")
-		case "stalled-bogus-key":
-			io.WriteString(c, "POST /api/v1/acp/coordination/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer lp_bogus\r\nContent-Length: 100\r\n\r\n{")
-		case "stalled-no-key":
-			io.WriteString(c, "POST /api/v1/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-		case "keep-alive-idle":
-			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		}
-		// Read until the server closes it (or stop closes it below).
-		done := make(chan struct{})
-		go func() {
-			io.Copy(io.Discard, c)
-			close(done)
-		}()
-		for wait := true; wait; {
-			select {
-			case <-done:
-				wait = false
-			case <-time.After(200 * time.Millisecond):
-				if a.stopped.Load() {
-					c.Close()
-					<-done
-					wait = false
-				}
-			}
-		}
-		c.Close()
-		a.open.Add(-1)
-		time.Sleep(500 * time.Millisecond) // a new socket, at a pace this machine can bear
-	}
-}
-
-func (a *attacker) stop() {
-	a.stopped.Store(true)
-	a.wg.Wait()
-}
-
 // tenantRounds has a tenant do n lease-and-release pairs on fresh
 // connections and n on one kept-alive connection, and counts the answers
 // it got (any status below 500).
@@ -269,11 +176,11 @@ func TestConnectionsWithoutKey(t *testing.T) {
 	c := startChildArgs(t, data)
 	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant", "--new-workspace")
 	const budget = 1024 / 4
-	a := &attacker{url: c.url, addrs: 10}
-	a.start(10 * budget)
-	defer a.stop()
+	a := &keyless.Attacker{URL: c.url, Addrs: 10, Pace: 500 * time.Millisecond}
+	a.Start(10 * budget)
+	defer a.Stop()
 	// Let the attacker take what it can before the tenant asks.
-	for a.opened.Load() < 10*budget {
+	for a.Opened.Load() < 10*budget {
 		time.Sleep(100 * time.Millisecond)
 	}
 	const n = 20
@@ -283,7 +190,7 @@ func TestConnectionsWithoutKey(t *testing.T) {
 		resp.Body.Close()
 	}
 	t.Logf("attacker: %d sockets opened, %d open at most at once (its side); tenant: %d of %d answered; /healthz: %v",
-		a.opened.Load(), a.maxOpen.Load(), answered, 4*n, errors.Join(err))
+		a.Opened.Load(), a.MaxOpen.Load(), answered, 4*n, errors.Join(err))
 	if answered != 4*n || err != nil {
 		t.Fatalf("the tenant got %d answers of %d while the attacker held sockets without a key (healthz: %v)", answered, 4*n, err)
 	}
@@ -414,12 +321,7 @@ func TestHeldAcrossRevocation(t *testing.T) {
 // every held client 503, and the process exits well before its drain
 // timeout (10 minutes here) would have let it.
 func TestShutdownWithHeldAndStalled(t *testing.T) {
-	data := t.TempDir()
-	c := startChildArgs(t, data, "--drain-timeout", "10m")
-	ws := keysCLI(t, "create", "--data", data, "--workspace", "default")
-	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", ws, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
-		t.Fatalf("holder: %d %s", a.status, a.raw)
-	}
+	c, _, ws := startHolding(t, "--drain-timeout", "10m")
 	const held = 20
 	out := make(chan heldOutcome, held)
 	hc := tenantClient(true)
@@ -487,12 +389,7 @@ func TestShutdownWithHeldAndStalled(t *testing.T) {
 // (the root it needs is in every public checkpoint), so retention cannot
 // be made to drop what nobody exported; an operator key can.
 func TestExportMarkNeedsOperator(t *testing.T) {
-	data := t.TempDir()
-	c := startChildArgs(t, data, "--ledger-retention", "1ms")
-	ws := keysCLI(t, "create", "--data", data, "--workspace", "default")
-	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", ws, `{"resource":"lock:r","actorDid":"`+didRelease+`"}`); a.status != 200 {
-		t.Fatalf("lease: %d %s", a.status, a.raw)
-	}
+	c, data, ws := startHolding(t, "--ledger-retention", "1ms")
 	var size, root string
 	for start := time.Now(); size == "" || size == "0"; time.Sleep(20 * time.Millisecond) {
 		if time.Since(start) > watchdog {

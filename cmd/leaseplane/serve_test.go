@@ -375,9 +375,24 @@ type child struct {
 	url, key string
 }
 
+// startChild runs the binary on data with the kernel build engine.
 func startChild(t *testing.T, engine, data string) *child {
 	t.Helper()
-	cmd := exec.Command(servertest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data", data, "--engine", engine, "--log-level", "warn")
+	return startChildArgs(t, data, "--engine", engine, "--log-level", "warn")
+}
+
+// startChildArgs runs the binary on data with the extra serve flags args
+// (a later flag overrides an earlier one).
+func startChildArgs(t *testing.T, data string, args ...string) *child {
+	t.Helper()
+	return startChildBin(t, servertest.Binary(t), data, args...)
+}
+
+// startChildBin is startChildArgs of the binary bin (servertest.TestBinary
+// for the test-only flags).
+func startChildBin(t *testing.T, bin, data string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-level", "error"}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
