@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/base64"
 	"encoding/json"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // The workspace key of the data folder in testdata/ledger-rows32 (test data
@@ -28,22 +28,7 @@ const rows32WorkspaceKey = "lp_b532da44fe1a_j8xqUiHzODJftubVynKWD8Pd3X4-YkwAOiTQ
 func TestLedgerFromUnpackedRows(t *testing.T) {
 	src := filepath.Join("testdata", "ledger-rows32")
 	dir := t.TempDir()
-	if err := filepath.WalkDir(filepath.Join(src, "data"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(filepath.Join(src, "data"), path)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dir, rel), 0o700)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dir, rel), b, 0o600)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	servertest.CopyDir(t, filepath.Join(src, "data"), dir, nil)
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseplane/leaseplane/kernel"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // The keys of the data folders in testdata/upgrade-0.2.0 (test data only;
@@ -46,38 +45,12 @@ func startOn020(t *testing.T, folder string, at int64) *Server {
 	t.Helper()
 	src := filepath.Join("testdata", "upgrade-0.2.0", folder)
 	dir := t.TempDir()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dir, rel), 0o700)
-		}
-		if !strings.HasSuffix(p, ".db") && !strings.HasSuffix(p, ".key") {
-			return nil // the folder's notes: what 0.2.0 answered
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dir, rel), b, 0o600)
+	// Every file, the ledger's signing key too, but the folder's notes of
+	// what 0.2.0 answered.
+	servertest.CopyDir(t, src, dir, func(rel string) bool {
+		return strings.HasSuffix(rel, ".db") || strings.HasSuffix(rel, ".key")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.UnixMilli(at)
-	s, err := New(Config{
-		DataDir:   dir,
-		Engine:    kernel.Native,
-		Clock:     func() time.Time { return now },
-		AfterFunc: func(time.Duration, func()) func() bool { return func() bool { return true } },
-	})
-	if err != nil {
-		t.Fatalf("start on the 0.2.0 folder %s: %v", folder, err)
-	}
-	t.Cleanup(func() { s.Shutdown(context.Background()) })
-	return s
+	return startStopped(t, dir, at, "the 0.2.0 folder "+folder)
 }
 
 // TestUpgradeFromRelease020 starts the current server on data folders that

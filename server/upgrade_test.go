@@ -32,6 +32,13 @@ func startOn(t *testing.T, folder string, at int64) *Server {
 			t.Fatal(err)
 		}
 	}
+	return startStopped(t, dir, at, "the 0.1.0 folder "+folder)
+}
+
+// startStopped starts the current server on the data folder dir, its
+// clock stopped at at; what names the folder in a failure.
+func startStopped(t *testing.T, dir string, at int64, what string) *Server {
+	t.Helper()
 	now := time.UnixMilli(at)
 	s, err := New(Config{
 		DataDir:   dir,
@@ -40,7 +47,7 @@ func startOn(t *testing.T, folder string, at int64) *Server {
 		AfterFunc: func(time.Duration, func()) func() bool { return func() bool { return true } },
 	})
 	if err != nil {
-		t.Fatalf("start on the 0.1.0 folder %s: %v", folder, err)
+		t.Fatalf("start on %s: %v", what, err)
 	}
 	t.Cleanup(func() { s.Shutdown(context.Background()) })
 	return s

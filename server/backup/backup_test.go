@@ -186,7 +186,7 @@ func TestRestoreRefusals(t *testing.T) {
 	}
 	for _, c := range damage {
 		cp := filepath.Join(t.TempDir(), "copy")
-		copyTree(t, bk, cp)
+		servertest.CopyDir(t, bk, cp, nil)
 		c.change(cp)
 		if _, err := Restore(ctx, cp, empty(), Options{Now: now}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
@@ -248,27 +248,6 @@ func TestRestoredPlaneRaisesFences(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Fatalf("start %d: granted %s, want %s (raised once, not again at the restart)", restart, b, want)
 		}
-	}
-}
-
-func copyTree(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(to, rel), 0o700)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(to, rel), b, 0o600)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

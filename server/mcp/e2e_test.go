@@ -164,15 +164,7 @@ func TestOperatorTools(t *testing.T) {
 			p := startRealPlane(t)
 			ctx := context.Background()
 			op := tr.connect(t, p.url, p.operatorKey)
-			lt, err := op.ListTools(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, x := range lt.Tools {
-				names = append(names, x.Name)
-			}
-			if !slices.Contains(names, ToolDrillsRun) || !slices.Contains(names, ToolDetectionRun) {
+			if names := toolNames(t, op); !slices.Contains(names, ToolDrillsRun) || !slices.Contains(names, ToolDetectionRun) {
 				t.Fatalf("tools %v lack the operator tools", names)
 			}
 			res, err := op.CallTool(ctx, &sdk.CallToolParams{Name: ToolDrillsRun})
@@ -189,16 +181,7 @@ func TestOperatorTools(t *testing.T) {
 			// a mode.
 			for _, k := range []struct{ name, key string }{{"workspace", p.wsKey}, {"agent", p.agentKey}} {
 				cs := tr.connect(t, p.url, k.key)
-				lt, err := cs.ListTools(ctx, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var names []string
-				for _, x := range lt.Tools {
-					names = append(names, x.Name)
-				}
-				slices.Sort(names)
-				if want := []string{ToolAcquire, ToolRelease, ToolWait}; !slices.Equal(names, want) {
+				if names, want := toolNames(t, cs), []string{ToolAcquire, ToolRelease, ToolWait}; !slices.Equal(names, want) {
 					t.Errorf("a %s key is offered %v, want %v", k.name, names, want)
 				}
 				wantToolError(t, "drills.run with a "+k.name+" key", cs, &sdk.CallToolParams{Name: ToolDrillsRun}, "needs an operator key")

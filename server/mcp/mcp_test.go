@@ -260,6 +260,21 @@ func schemaOf(t *testing.T, v any) *jsonschema.Schema {
 	return &s
 }
 
+// toolNames lists the tools cs is offered, by name, sorted.
+func toolNames(t *testing.T, cs *sdk.ClientSession) []string {
+	t.Helper()
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("tools/list: %v", err)
+	}
+	var names []string
+	for _, x := range lt.Tools {
+		names = append(names, x.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // wantToolError calls a tool on cs and fails the test (saying what) unless
 // the call answers an isError result containing want.
 func wantToolError(t *testing.T, what string, cs *sdk.ClientSession, params *sdk.CallToolParams, want string) {
