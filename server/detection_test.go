@@ -32,7 +32,7 @@ func (ds *drillServer) detectionRun() detection.Run {
 // filed as one case however often the run repeats. Runs and drill runs
 // are entries of their own in the ledger.
 func TestDetectionRun(t *testing.T) {
-	ds := newDrillServer(t, t.TempDir(), Config{DrillNames: []string{"stale-lease-id"}})
+	ds := newDrillServer(t, t.TempDir(), Config{faults: faults{drillNames: []string{"stale-lease-id"}}})
 	for i := range 3 {
 		actor := "did:web:a.example:agent:" + strconv.Itoa(i)
 		if st, b := ds.do("POST", RouteLease, ds.key, `{"resource":"lock:x","actorDid":"`+actor+`"}`); st != 200 {
@@ -144,7 +144,7 @@ func TestDetectionRun(t *testing.T) {
 }
 
 func TestDrillAndCaseGauges(t *testing.T) {
-	ds := newDrillServer(t, t.TempDir(), Config{DrillNames: []string{"stale-lease-id"}})
+	ds := newDrillServer(t, t.TempDir(), Config{faults: faults{drillNames: []string{"stale-lease-id"}}})
 	metrics := func() string {
 		_, b := ds.do("GET", "/metrics", "", "")
 		return string(b)

@@ -18,7 +18,7 @@ var DrillNames = drill.Names
 // runDrills runs the drills of one run in order; progress is called after
 // each drill with the results so far.
 func (s *Server) runDrills(ctx context.Context, runID int64, progress func([]drill.Result)) ([]drill.Result, error) {
-	return drill.Run(ctx, drillHost{s}, runID, s.cfg.DrillNames, progress)
+	return drill.Run(ctx, drillHost{s}, runID, s.cfg.faults.drillNames, progress)
 }
 
 // drillHost is what the drills need of the server.

@@ -180,7 +180,7 @@ func TestDrillsFullSet(t *testing.T) {
 // before it still passes.
 func TestDrillAlarmsDisabled(t *testing.T) {
 	t.Parallel()
-	ds := newDrillServer(t, t.TempDir(), Config{DisableAlarms: true, DrillNames: []string{"two-agents-one-slot", "crashed-holder"}})
+	ds := newDrillServer(t, t.TempDir(), Config{faults: faults{disableAlarms: true, drillNames: []string{"two-agents-one-slot", "crashed-holder"}}})
 	run := ds.runOnce(90 * time.Second)
 	m := byName(run)
 	if run.Passed == nil || *run.Passed || !m["two-agents-one-slot"].Passed || m["crashed-holder"].Passed {
@@ -202,7 +202,7 @@ func TestDrillCadence(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	few := []string{"two-agents-one-slot", "stale-lease-id"}
-	ds := newDrillServer(t, dir, Config{DrillNames: few})
+	ds := newDrillServer(t, dir, Config{faults: faults{drillNames: few}})
 	if st, b := ds.do("PUT", RouteDrillsCadence, ds.operator, `{"everyMs":2000}`); st != 200 {
 		t.Fatalf("PUT cadence: %d %s", st, b)
 	}
@@ -232,7 +232,7 @@ func TestDrillCadence(t *testing.T) {
 	if err := ds.s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ds2 := newDrillServer(t, dir, Config{DrillNames: few})
+	ds2 := newDrillServer(t, dir, Config{faults: faults{drillNames: few}})
 	runs := waitRuns(ds2, 6)
 	var prevStart int64
 	for i := len(runs) - 1; i >= 0; i-- { // oldest first
@@ -260,7 +260,7 @@ func TestDrillCadence(t *testing.T) {
 }
 
 func TestDrillRoutesRefuse(t *testing.T) {
-	ds := newDrillServer(t, t.TempDir(), Config{DrillNames: []string{"stale-lease-id"}})
+	ds := newDrillServer(t, t.TempDir(), Config{faults: faults{drillNames: []string{"stale-lease-id"}}})
 	w, _ := ds.s.Store().WorkspaceByName("default")
 	agent, _, err := ds.s.Store().CreateKey(w, store.RoleAgent, "did:web:a.example", time.Now().UnixMilli())
 	if err != nil {
@@ -310,7 +310,7 @@ func TestDrillRoutesRefuse(t *testing.T) {
 // crashed-holder (30 s), so no run finishes meanwhile.
 func TestDrillQueueBounds(t *testing.T) {
 	t.Parallel()
-	ds := newDrillServer(t, t.TempDir(), Config{DrillNames: []string{"crashed-holder"}})
+	ds := newDrillServer(t, t.TempDir(), Config{faults: faults{drillNames: []string{"crashed-holder"}}})
 	ds.s.drills.mu.Lock()
 	ds.s.drills.max = 2
 	ds.s.drills.mu.Unlock()

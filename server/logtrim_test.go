@@ -26,12 +26,12 @@ func TestLogTrimmedBehindSnapshotAndLedger(t *testing.T) {
 	start := func() *Server {
 		s := mustNew(t, Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,
 			SnapshotEvery: snapEvery, LogKeep: keep,
-			LedgerFault: func() error {
+			faults: faults{ledger: func() error {
 				if ledgerDown.Load() {
 					return errors.New("test: the ledger's disk is failing")
 				}
 				return nil
-			}})
+			}}})
 		return s
 	}
 	s := start()

@@ -121,23 +121,8 @@ type Config struct {
 	// FirstRules are the kernel rules ({"readShared": [...]}) of the
 	// workspace Bootstrap creates; empty means none.
 	FirstRules []byte
-	// DrillNames, when set, limits the drills a run runs to these (tests:
-	// the crashed-holder drill takes 30 s of real time).
-	DrillNames []string
-	// DisableAlarms, a fault for tests of the drills, arms no alarm: leases
-	// lapse only when a command comes.
-	DisableAlarms bool
-	// SnapshotFault, when set, is called before each snapshot is written
-	// (a seam for tests: a slow snapshot write).
-	SnapshotFault func()
-	// CommitFault, when set, is called before each commit; a non-nil error
-	// fails the commit as a disk write failure would. A seam for tests.
-	CommitFault func() error
 	// NoLedger turns the signed ledger off (for measuring what it costs).
 	NoLedger bool
-	// LedgerFault, when set, is called before each ledger write; a non-nil
-	// error fails it. A seam for tests of the ledger's outage path.
-	LedgerFault func() error
 	// PublicHost, when set, goes in front of the ledger origins of
 	// workspaces made from now on: HOST/leaseplane/<workspace>.
 	PublicHost string
@@ -149,6 +134,9 @@ type Config struct {
 	// LedgerRetainEvery is how often bodies past LedgerRetention are
 	// looked for; 0 means a minute.
 	LedgerRetainEvery time.Duration
+	// faults are the test faults (faults.go): set only by this package's
+	// tests and, in a build with the tag leaseplane_testfaults, by SetTestFaults.
+	faults faults
 }
 
 // DefaultMaxBodyBytes is the request body limit when Config leaves it 0.
@@ -249,7 +237,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	var led *ledger.Ledger
-	opts := store.Options{BeforeCommit: cfg.CommitFault, LedgerFault: cfg.LedgerFault, BeforeSnapshot: cfg.SnapshotFault,
+	opts := store.Options{BeforeCommit: cfg.faults.commit, LedgerFault: cfg.faults.ledger, BeforeSnapshot: cfg.faults.snapshot,
 		LogKeep: cfg.LogKeep}
 	if !cfg.NoLedger {
 		// The log is kept behind the ledger's position, so that the

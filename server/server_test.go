@@ -41,17 +41,19 @@ func newTestServer(t *testing.T, dir string) *testServer {
 		Engine:    kernel.Native,
 		Clock:     ts.clock.Now,
 		AfterFunc: ts.clock.AfterFunc,
-		CommitFault: func() error {
-			if e := ts.fault.Load(); e != nil {
-				return *e
-			}
-			return nil
-		},
-		LedgerFault: func() error {
-			if e := ts.ledgerFault.Load(); e != nil {
-				return *e
-			}
-			return nil
+		faults: faults{
+			commit: func() error {
+				if e := ts.fault.Load(); e != nil {
+					return *e
+				}
+				return nil
+			},
+			ledger: func() error {
+				if e := ts.ledgerFault.Load(); e != nil {
+					return *e
+				}
+				return nil
+			},
 		},
 	})
 	ts.s = s
@@ -520,12 +522,12 @@ func TestGroupCommit(t *testing.T) {
 	var commits atomic.Int32 // set to 1 after Bootstrap, which logs no command
 	hold := make(chan struct{})
 	s := mustNew(t, Config{DataDir: t.TempDir(), Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc,
-		CommitFault: func() error {
+		faults: faults{commit: func() error {
 			if commits.Add(1) == 2 { // the first command's commit
 				<-hold
 			}
 			return nil
-		}})
+		}}})
 	defer s.Shutdown(context.Background())
 	key, _, _ := s.Bootstrap("default")
 	commits.Store(1)

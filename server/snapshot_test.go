@@ -21,12 +21,12 @@ func TestSnapshotDoesNotStallOtherCommits(t *testing.T) {
 	clock := servertest.NewClock()
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir, Engine: kernel.Native, Clock: clock.Now, AfterFunc: clock.AfterFunc, SnapshotEvery: 3,
-		SnapshotFault: func() {
+		faults: faults{snapshot: func() {
 			once.Do(func() {
 				close(entered)
 				<-release
 			})
-		}}
+		}}}
 	s := mustNew(t, cfg)
 	keyA := mustBootstrap(t, s, "a")
 	wb, _, err := s.store.EnsureWorkspace("b", nil, 0)

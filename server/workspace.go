@@ -386,7 +386,7 @@ func (a applied) wait() error {
 
 // arm sets ws's timer to the machine's next alarm (ws.mu held).
 func (s *Server) arm(ws *workspace) {
-	if ws.closed || ws.eng == nil || s.cfg.DisableAlarms {
+	if ws.closed || ws.eng == nil || s.cfg.faults.disableAlarms {
 		return
 	}
 	at, ok, err := ws.eng.NextAlarm()

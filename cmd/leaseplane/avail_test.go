@@ -570,11 +570,23 @@ func TestMetricsAndModes(t *testing.T) {
 // TestProductBinaryHasNoTestFaults: go build ./cmd/leaseplane gives a
 // serve without --test-fault or --test-drills (they refuse as unknown
 // flags); only a binary built with the test faults' tag has them.
+// The product binary links neither the faults' package nor the server's
+// setter of them (their names are in any Go binary that has them: the
+// test binary must, for the check to mean anything).
 func TestProductBinaryHasNoTestFaults(t *testing.T) {
-	help := func(bin string, args ...string) (int, string) {
-		cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
-		out, _ := cmd.CombinedOutput()
-		return cmd.ProcessState.ExitCode(), string(out)
+	for _, b := range []struct {
+		bin  string
+		want bool
+	}{{servertest.Binary(t), false}, {servertest.TestBinary(t), true}} {
+		code, err := os.ReadFile(b.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"cmd/leaseplane/internal/testfaults", "SetTestFaults"} {
+			if bytes.Contains(code, []byte(name)) != b.want {
+				t.Errorf("%s: has %s: %v, want %v", b.bin, name, !b.want, b.want)
+			}
+		}
 	}
 	_, out := help(servertest.Binary(t), "--help")
 	if strings.Contains(out, "test-fault") || strings.Contains(out, "test-drills") || strings.Contains(out, "grant-twice") {
@@ -586,4 +598,11 @@ func TestProductBinaryHasNoTestFaults(t *testing.T) {
 	if _, out := help(servertest.TestBinary(t), "--help"); !strings.Contains(out, "--test-fault") || !strings.Contains(out, "--test-drills") {
 		t.Errorf("serve --help of the test binary lacks the test faults:\n%s", out)
 	}
+}
+
+// help runs bin serve with args and returns its exit code and output.
+func help(bin string, args ...string) (int, string) {
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	out, _ := cmd.CombinedOutput()
+	return cmd.ProcessState.ExitCode(), string(out)
 }

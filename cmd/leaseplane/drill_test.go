@@ -8,16 +8,6 @@ import (
 	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
-// startServe runs `leaseplane serve` on the real clock with extra flags
-// and returns its URL and an operator key.
-func startServe(t *testing.T, flags ...string) (url, operator string) {
-	t.Helper()
-	data := t.TempDir()
-	url, _, _ = startServeAt(t, data, flags...)
-	operator = keysCLI(t, "create", "--data", data, "--workspace", firstWorkspace, "--operator")
-	return url, operator
-}
-
 // startServeAt runs `leaseplane serve` on data; stop ends it (cleanup
 // does too). out is what it printed.
 func startServeAt(t *testing.T, data string, flags ...string) (url string, out *servertest.Buffer, stop func()) {
@@ -26,8 +16,18 @@ func startServeAt(t *testing.T, data string, flags ...string) (url string, out *
 	return s.url, s.out, s.stop
 }
 
+// startTestServe runs the binary built for tests (servertest.TestBinary,
+// which takes --test-fault and --test-drills) with extra serve flags and
+// returns its URL and an operator key.
+func startTestServe(t *testing.T, flags ...string) (url, operator string) {
+	t.Helper()
+	data := t.TempDir()
+	c := startChildBin(t, servertest.TestBinary(t), data, flags...)
+	return c.url, keysCLI(t, "create", "--data", data, "--workspace", firstWorkspace, "--operator")
+}
+
 func TestDrillVerb(t *testing.T) {
-	url, op := startServe(t, "--test-drills", "two-agents-one-slot,deadlock,stale-lease-id")
+	url, op := startTestServe(t, "--test-drills", "two-agents-one-slot,deadlock,stale-lease-id")
 	t.Setenv("LEASEPLANE_URL", url)
 	t.Setenv("LEASEPLANE_KEY", op)
 	code, out, errOut := cli(t, "drill", "--wait")
@@ -47,7 +47,7 @@ func TestDrillVerb(t *testing.T) {
 // wrong (--test-fault wrong-deadlock) fails the deadlock drill, and only
 // it, showing the two answers.
 func TestDrillVerbFaultyEngine(t *testing.T) {
-	url, op := startServe(t, "--test-fault", "wrong-deadlock", "--test-drills", "two-agents-one-slot,deadlock,stale-lease-id")
+	url, op := startTestServe(t, "--test-fault", "wrong-deadlock", "--test-drills", "two-agents-one-slot,deadlock,stale-lease-id")
 	t.Setenv("LEASEPLANE_URL", url)
 	t.Setenv("LEASEPLANE_KEY", op)
 	code, out, errOut := cli(t, "drill", "--wait")
@@ -71,7 +71,7 @@ func TestDrillVerbRefusedAndUsage(t *testing.T) {
 	if code, _, _ := cli(t, "drill", "extra"); code != 2 {
 		t.Errorf("drill extra: exit %d", code)
 	}
-	if code, _, _ := cli(t, "serve", "--test-fault", "bogus"); code != 2 {
-		t.Errorf("serve --test-fault bogus: exit %d", code)
+	if code, out := help(servertest.TestBinary(t), "--test-fault", "bogus", "--data", t.TempDir()); code != 2 || !strings.Contains(out, `--test-fault "bogus": want no-alarms`) {
+		t.Errorf("serve --test-fault bogus on the test binary: exit %d: %s", code, out)
 	}
 }

@@ -48,8 +48,8 @@ func envOr(name, def string) string {
 
 // testFaults, when set, adds serve's test-only flags (--test-fault,
 // --test-drills) and returns what applies them: only in a binary built
-// with the tag leaseplane_testfaults and in this package's tests
-// (package testfaults), never in the product binary.
+// with the tag leaseplane_testfaults (package testfaults), never in the
+// product binary nor in this package's untagged tests.
 var testFaults func(fs *flag.FlagSet) func(*server.Config, io.Writer) bool
 
 // serveEnv is what the process gives serve: the real clock and timers, the

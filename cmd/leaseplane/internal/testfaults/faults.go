@@ -1,8 +1,11 @@
+//go:build leaseplane_testfaults
+
 // Package testfaults holds the faults serve takes for tests only
-// (--test-fault, --test-drills): they are in a binary built with the build
-// tag leaseplane_testfaults (the linearizability check and the drill tests
-// build one) and in cmd/leaseplane's own tests, never in the product
-// binary (go build ./cmd/leaseplane links none of this package).
+// (--test-fault, --test-drills): they are only in a binary built with the
+// build tag leaseplane_testfaults (servertest.TestBinary; the
+// linearizability check and the drill tests run one), never in the product
+// binary: without the tag this package, and server.SetTestFaults, do not
+// exist.
 package testfaults
 
 import (
@@ -27,14 +30,15 @@ func Register(fs *flag.FlagSet) func(cfg *server.Config, stderr io.Writer) bool 
 	testFault := fs.String("test-fault", "", "for tests only: no-alarms (arm no alarm), wrong-deadlock (answer deadlock refusals as lease_held), fail-commits (fail about one commit in 20) or grant-twice (answer lease_held refusals as grants)")
 	drillSet := fs.String("test-drills", "", "for tests only: comma-separated drills a run runs (default all six)")
 	return func(cfg *server.Config, stderr io.Writer) bool {
+		var f server.TestFaults
 		switch *testFault {
 		case "":
 		case "no-alarms":
-			cfg.DisableAlarms = true
+			f.DisableAlarms = true
 		case "wrong-deadlock":
 			cfg.Engine = faulty(cfg.Engine, wrongDeadlock)
 		case "fail-commits":
-			cfg.CommitFault = failSomeCommits
+			f.CommitFault = failSomeCommits
 		case "grant-twice":
 			cfg.Engine = faulty(cfg.Engine, grantTwice)
 		default:
@@ -42,14 +46,15 @@ func Register(fs *flag.FlagSet) func(cfg *server.Config, stderr io.Writer) bool 
 			return false
 		}
 		if *drillSet != "" {
-			cfg.DrillNames = strings.Split(*drillSet, ",")
-			for _, n := range cfg.DrillNames {
+			f.DrillNames = strings.Split(*drillSet, ",")
+			for _, n := range f.DrillNames {
 				if !slices.Contains(server.DrillNames, n) {
 					fmt.Fprintf(stderr, "leaseplane serve: --test-drills: no drill %q (have %s)\n", n, strings.Join(server.DrillNames, ", "))
 					return false
 				}
 			}
 		}
+		cfg.SetTestFaults(f)
 		return true
 	}
 }
