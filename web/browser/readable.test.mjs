@@ -1,8 +1,9 @@
-// Readability of the playground at 1280 and 390 px (make test-browser),
-// measured for every example of the corpus: no table cell whose content
-// is wider than the cell, no input or menu in the steps whose text is cut
-// (the op and mode menus read whole), the verdicts all in view or in a box
-// that says it scrolls, and the timeline's caption and tick labels apart.
+// Readability at 1280 and 390 px (make test-browser) of the playground,
+// measured for every example of the corpus, and of the docs' live
+// examples once run: no table cell whose content is wider than the cell,
+// no input or menu in the steps whose text is cut (the op and mode menus
+// read whole), the playground's verdicts all in view or in a box that
+// says it scrolls, and the timeline's caption and tick labels apart.
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
@@ -34,14 +35,21 @@ function verdictsInView(page) {
   });
 }
 
+// openAt opens path of the plane in a page width px wide and waits for
+// ready (a selector); errors collects the page's uncaught errors.
+async function openAt(width, path, ready) {
+  const page = await browser.ctx.newPage();
+  await page.setViewportSize({ width, height: 900 });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(serve.url + path);
+  await page.waitForSelector(ready, { timeout: 20000 });
+  return { page, errors };
+}
+
 for (const width of WIDTHS) {
   test(`playground at ${width} px: every example readable`, async () => {
-    const page = await browser.ctx.newPage();
-    await page.setViewportSize({ width, height: 900 });
-    const errors = [];
-    page.on("pageerror", (e) => errors.push(e.message));
-    await page.goto(serve.url + "/playground");
-    await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
+    const { page, errors } = await openAt(width, "/playground", "body[data-runs='1']");
     const seen = { all: 0, scrolls: 0 };
     for (const ex of examples) {
       const n = Number(await page.getAttribute("body", "data-runs"));
@@ -59,6 +67,24 @@ for (const width of WIDTHS) {
     }
     // Both kinds occur: the long runs (the herd) scroll, the short ones do not.
     assert.ok(seen.all > 0 && seen.scrolls > 0, `at ${width} px: ${JSON.stringify(seen)}`);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+}
+
+for (const width of WIDTHS) {
+  test(`docs at ${width} px: every live example's run readable`, async () => {
+    const { page, errors } = await openAt(width, "/docs", "body[data-state='ready']");
+    const ids = await page.$$eval("[data-live]", (ss) => ss.map((s) => s.id));
+    assert.ok(ids.length >= 7, `${ids.length} live examples`);
+    let runs = 0;
+    for (const id of ids) {
+      await page.click(`#${id} [data-run]`);
+      await page.waitForSelector(`body[data-runs='${++runs}']`, { timeout: 20000 });
+    }
+    assert.equal(await page.locator(".docs svg.tl").count() >= ids.length, true, "each run draws its timeline");
+    assert.deepEqual(await measure(page, ".docs"), [], `the docs at ${width} px`);
+    await shot(page, `readable-${width}-docs`);
     assert.deepEqual(errors, []);
     await page.close();
   });
