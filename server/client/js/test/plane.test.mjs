@@ -87,6 +87,33 @@ test('take and release', async () => {
   assert.deepEqual(await queue(r), { holders: [], waiters: [] });
 });
 
+test('errorOf: each reason the plane answers is its own class, with its fields', () => {
+  const classes = {
+    lease_held: lp.LeaseHeld, deadlock: lp.Deadlock, suspended: lp.Suspended, limit_exceeded: lp.LimitExceeded,
+    cancelled: lp.Cancelled, stale_lease: lp.StaleLease, unauthorized: lp.Unauthorized, actor_mismatch: lp.ActorMismatch,
+    forbidden: lp.Forbidden, invalid_request: lp.InvalidRequest, unavailable: lp.Unavailable, not_found: lp.NotFound,
+    agent_busy: lp.AgentBusy, gone: lp.Gone,
+  };
+  for (const [reason, Cls] of Object.entries(classes)) {
+    const e = lp.errorOf(409, { ok: false, reason, error: 'why' }, 2);
+    assert.equal(e.constructor, Cls, reason);
+    assert.ok(e instanceof lp.LeaseplaneError && e instanceof Error, reason);
+    assert.deepEqual([e.name, e.reason, Cls.reason, e.status, e.retryAfter, e.message], [Cls.name, reason, reason, 409, 2, `${reason}: why`]);
+  }
+  const other = lp.errorOf(500, { reason: 'internal' });
+  assert.equal(other.constructor, lp.LeaseplaneError);
+  assert.equal(other.reason, 'internal');
+  assert.deepEqual([new lp.PlaneUnreachable('x').reason, new lp.LeaseLost('x').reason], ['unreachable', 'lost']);
+  const held = lp.errorOf(409, { reason: 'lease_held', holder: 'did:web:a', holders: ['did:web:a'], stampede: { waitMs: 50, admitted: ['did:web:b'] } });
+  assert.deepEqual([held.holder, held.holders, held.claimants, held.waitMs, held.admitted], ['did:web:a', ['did:web:a'], [], 50, ['did:web:b']]);
+  const claims = lp.errorOf(409, { reason: 'lease_held', claimants: ['did:web:b'] });
+  assert.deepEqual([claims.holder, claims.claimants, claims.waitMs], [null, ['did:web:b'], 0]);
+  const dl = lp.errorOf(409, { reason: 'deadlock', holder: 'did:web:b', waitingOn: 'r', cycle: ['x'] });
+  assert.deepEqual([dl.holder, dl.waitingOn, dl.cycle], ['did:web:b', 'r', ['x']]);
+  const lim = lp.errorOf(429, { reason: 'limit_exceeded', limit: 'asks', max: 8 });
+  assert.deepEqual([lim.limit, lim.max], ['asks', 8]);
+});
+
 test('errors by reason', async () => {
   const r = fresh('errors');
   await assert.rejects(new lp.Plane({ url: srv.url, key: 'lp_nope_nope' }).acquire({ resource: r, actorDid: 'did:web:a' }), lp.Unauthorized);

@@ -8,6 +8,7 @@ import threading
 import unittest
 
 import leaseplane
+from leaseplane._errors import error_of
 from planeserver import shared, stop_shared
 
 _names = itertools.count()
@@ -24,6 +25,39 @@ def tearDownModule() -> None:
 def fresh(prefix: str) -> str:
     """A resource name no other test uses."""
     return "lock:%s/%d" % (prefix, next(_names))
+
+
+class ErrorOfTest(unittest.TestCase):
+    """Each reason the plane answers is its own class, with its fields."""
+
+    def test_class_by_reason(self) -> None:
+        for reason, cls in (("lease_held", leaseplane.LeaseHeld), ("deadlock", leaseplane.Deadlock),
+                            ("suspended", leaseplane.Suspended), ("limit_exceeded", leaseplane.LimitExceeded),
+                            ("cancelled", leaseplane.Cancelled), ("stale_lease", leaseplane.StaleLease),
+                            ("unauthorized", leaseplane.Unauthorized), ("actor_mismatch", leaseplane.ActorMismatch),
+                            ("forbidden", leaseplane.Forbidden), ("invalid_request", leaseplane.InvalidRequest),
+                            ("unavailable", leaseplane.Unavailable), ("not_found", leaseplane.NotFound),
+                            ("agent_busy", leaseplane.AgentBusy), ("gone", leaseplane.Gone)):
+            e = error_of(409, {"ok": False, "reason": reason, "error": "why"}, 2.0)
+            self.assertIs(type(e), cls, reason)
+            self.assertEqual((e.reason, cls.reason, e.status, e.retry_after, e.message), (reason, reason, 409, 2.0, reason + ": why"))
+        e = error_of(500, {"reason": "internal"}, None)
+        self.assertIs(type(e), leaseplane.LeaseplaneError)
+        self.assertEqual(e.reason, "internal")
+        self.assertEqual((leaseplane.PlaneUnreachable.reason, leaseplane.LeaseLost.reason), ("unreachable", "lost"))
+        self.assertIsInstance(leaseplane.PlaneUnreachable("x"), ConnectionError)
+
+    def test_fields(self) -> None:
+        held = error_of(409, {"reason": "lease_held", "holder": "did:web:a", "holders": ["did:web:a"],
+                                         "stampede": {"waitMs": 50, "admitted": ["did:web:b"]}}, 1.0)
+        self.assertEqual((held.holder, held.holders, held.claimants, held.wait_ms, held.admitted),
+                         ("did:web:a", ["did:web:a"], [], 50, ["did:web:b"]))
+        claims = error_of(409, {"reason": "lease_held", "claimants": ["did:web:b"]}, None)
+        self.assertEqual((claims.holder, claims.claimants, claims.wait_ms), (None, ["did:web:b"], 0))
+        dl = error_of(409, {"reason": "deadlock", "holder": "did:web:b", "waitingOn": "r", "cycle": ["x"]}, None)
+        self.assertEqual((dl.holder, dl.waiting_on, dl.cycle), ("did:web:b", "r", ["x"]))
+        lim = error_of(429, {"reason": "limit_exceeded", "limit": "asks", "max": 8}, 1.0)
+        self.assertEqual((lim.limit, lim.max), ("asks", 8))
 
 
 class PlaneTest(unittest.TestCase):
