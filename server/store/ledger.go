@@ -144,9 +144,10 @@ func (e *GoneError) Error() string {
 // Unwrap makes errors.Is(err, ErrGone) hold.
 func (e *GoneError) Unwrap() error { return ErrGone }
 
-// ledgerRead is the prepared statement of a ledger read (or of a
-// multi-row insert), prepared on first use: reads such as a proof's ask a
-// few rows each, and preparing costs more than running.
+// ledgerRead is the prepared statement of a ledger read (or of an
+// append's statement, a multi-row insert among them), prepared on first
+// use: reads such as a proof's ask a few rows each, and preparing costs
+// more than running.
 func (s *Store) ledgerRead(q string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
@@ -170,6 +171,13 @@ const (
 	qDropped  = `SELECT dropped FROM retention WHERE workspace_id = ?`
 	qGrant    = `SELECT idx FROM grant_index WHERE workspace_id = ? AND epoch = ? AND lease = ? ORDER BY idx DESC LIMIT 1`
 	qEpoch    = `SELECT max(epoch) FROM grant_index WHERE workspace_id = ?`
+	// The append's statements, run in its transaction (tx.Stmt).
+	qPosFirst = `INSERT INTO position(workspace_id, seq, size) VALUES(?, ?, ?)
+		ON CONFLICT(workspace_id) DO UPDATE SET seq = excluded.seq, size = excluded.size
+		WHERE position.seq = 0 AND position.size = 0`
+	qPosMove = `UPDATE position SET seq = ?, size = ? WHERE workspace_id = ? AND seq = ? AND size = ?`
+	qLastRow = `SELECT first, count, data FROM body_rows WHERE workspace_id = ? AND first < ? AND first >= ? ORDER BY first DESC LIMIT 1`
+	qGrowRow = `UPDATE body_rows SET count = ?, data = ? WHERE workspace_id = ? AND first = ?`
 )
 
 // SyncLedger makes every ledger transaction committed before it durable
@@ -211,13 +219,15 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 	var grants []grantRow
 	for _, a := range appends {
 		var res sql.Result
+		var st *sql.Stmt
 		if a.From == (LedgerPos{}) {
-			res, err = tx.Exec(`INSERT INTO position(workspace_id, seq, size) VALUES(?, ?, ?)
-				ON CONFLICT(workspace_id) DO UPDATE SET seq = excluded.seq, size = excluded.size
-				WHERE position.seq = 0 AND position.size = 0`, a.Workspace, a.To.Seq, a.To.Size)
+			if st, err = s.ledgerRead(qPosFirst); err == nil {
+				res, err = tx.Stmt(st).Exec(a.Workspace, a.To.Seq, a.To.Size)
+			}
 		} else {
-			res, err = tx.Exec(`UPDATE position SET seq = ?, size = ? WHERE workspace_id = ? AND seq = ? AND size = ?`,
-				a.To.Seq, a.To.Size, a.Workspace, a.From.Seq, a.From.Size)
+			if st, err = s.ledgerRead(qPosMove); err == nil {
+				res, err = tx.Stmt(st).Exec(a.To.Seq, a.To.Size, a.Workspace, a.From.Seq, a.From.Size)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("store: move ledger of workspace %d: %w", a.Workspace, err)
@@ -252,8 +262,9 @@ func (s *Store) AppendLedger(appends []LedgerAppend) error {
 			cmp.Compare(a.lease, b.lease), cmp.Compare(a.idx, b.idx))
 	})
 	args := make([]any, 0, 4*min(len(grants), rowsPerInsert))
-	for start := 0; start < len(grants); start += rowsPerInsert {
-		chunk := grants[start:min(start+rowsPerInsert, len(grants))]
+	for start := 0; start < len(grants); {
+		chunk := grants[start : start+perInsert(len(grants)-start)]
+		start += len(chunk)
 		q := `INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) VALUES ` +
 			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", len(chunk)), ", ")
 		st, err := s.stmt(s.ldb, &s.grantStmts, q, len(chunk))

@@ -56,8 +56,11 @@ func (s *Store) putEntries(tx *sql.Tx, ws int64, entries []LedgerEntry, hashStar
 		// The last row is not full: these entries go on in it.
 		var f, c int64
 		var data []byte
-		err := tx.QueryRow(`SELECT first, count, data FROM body_rows WHERE workspace_id = ? AND first < ? AND first >= ? ORDER BY first DESC LIMIT 1`,
-			ws, first, first-first%rows.Size).Scan(&f, &c, &data)
+		st, err := s.ledgerRead(qLastRow)
+		if err != nil {
+			return err
+		}
+		err = tx.Stmt(st).QueryRow(ws, first, first-first%rows.Size).Scan(&f, &c, &data)
 		switch {
 		case err == nil && f+c == first:
 			old, err := unpack(data)
@@ -82,8 +85,11 @@ func (s *Store) putEntries(tx *sql.Tx, ws int64, entries []LedgerEntry, hashStar
 			return fmt.Errorf("store: pack the ledger row of entry %d of workspace %d: %w", at, ws, err)
 		}
 		if off == 0 && grow {
-			if _, err := tx.Exec(`UPDATE body_rows SET count = ?, data = ? WHERE workspace_id = ? AND first = ?`,
-				len(seg), data, ws, at); err != nil {
+			st, err := s.ledgerRead(qGrowRow)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Stmt(st).Exec(len(seg), data, ws, at); err != nil {
 				return fmt.Errorf("store: grow the ledger row of entry %d of workspace %d: %w", at, ws, err)
 			}
 		} else {
@@ -120,7 +126,7 @@ func (s *Store) putEntries(tx *sql.Tx, ws int64, entries []LedgerEntry, hashStar
 func (s *Store) insertRows(tx *sql.Tx, table string, cols int, args []any) error {
 	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + "), "
 	for len(args) > 0 {
-		part := args[:min(len(args), cols*rowsPerInsert)]
+		part := args[:cols*perInsert(len(args)/cols)]
 		args = args[len(part):]
 		st, err := s.ledgerRead(`INSERT INTO ` + table + ` VALUES ` + strings.TrimSuffix(strings.Repeat(row, len(part)/cols), ", "))
 		if err != nil {

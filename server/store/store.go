@@ -44,6 +44,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -157,7 +158,8 @@ type Store struct {
 	path string
 	opts Options
 
-	delLog *sql.Stmt
+	delLog    *sql.Stmt
+	keyEpochs *sql.Stmt // read every key poll
 
 	stmtMu               sync.Mutex
 	logStmts, eventStmts [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
@@ -165,9 +167,11 @@ type Store struct {
 	ledgerReads          map[string]*sql.Stmt         // the ledger's point reads, by query
 }
 
-// stmt returns the prepared multi-row INSERT for n rows, preparing it on
-// first use: preparing a statement of hundreds of parameters costs more
-// than running it.
+// stmt returns the prepared multi-row INSERT for n rows (a power of two:
+// perInsert), preparing it on first use: preparing a statement of hundreds of
+// parameters costs more than running it, and with a statement for every
+// count up to rowsPerInsert, each on each of a pool's connections, group
+// commits of ever new sizes kept preparing them.
 func (s *Store) stmt(db *sql.DB, cache *[rowsPerInsert + 1]*sql.Stmt, q string, n int) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
@@ -355,6 +359,9 @@ func (s *Store) init() error {
 	// Not while a backup holds trimming (HoldLogTrim): checked in the
 	// DELETE itself, so a hold committed before it always wins.
 	s.delLog = prep(`DELETE FROM log WHERE workspace_id = ? AND seq <= ? AND NOT ` + trimHeldSQL)
+	s.keyEpochs = prep(`SELECT
+		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch'), 0),
+		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch_applied'), 0)`)
 	if err != nil {
 		return fmt.Errorf("store: prepare statements: %w", err)
 	}
@@ -367,7 +374,7 @@ func (s *Store) Path() string { return s.path }
 // Close closes the database; a last checkpoint folds the WAL into it.
 func (s *Store) Close() error {
 	s.stmtMu.Lock()
-	stmts := []*sql.Stmt{s.delLog}
+	stmts := []*sql.Stmt{s.delLog, s.keyEpochs}
 	stmts = append(stmts, s.logStmts[:]...)
 	stmts = append(stmts, s.eventStmts[:]...)
 	stmts = append(stmts, s.grantStmts[:]...)
@@ -631,9 +638,7 @@ func (s *Store) RevokeKey(idOrKey string, nowMs int64) (Key, error) {
 // KeyEpochs reads the key epoch, raised by every revocation, and the
 // newest epoch a running server has applied (dropped its cached keys for).
 func (s *Store) KeyEpochs(ctx context.Context) (epoch, applied int64, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT
-		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch'), 0),
-		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch_applied'), 0)`).Scan(&epoch, &applied)
+	err = s.keyEpochs.QueryRowContext(ctx).Scan(&epoch, &applied)
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: read the key epoch: %w", err)
 	}
@@ -684,8 +689,18 @@ type Event struct {
 }
 
 // rowsPerInsert bounds the rows of one multi-row INSERT (6 or 9 parameters
-// each, well under SQLite's limit).
+// each, well under SQLite's limit); a power of two.
 const rowsPerInsert = 128
+
+// perInsert is how many of n rows (n > 0) the next multi-row INSERT takes: the
+// largest power of two up to n and rowsPerInsert, so that only 8 statements
+// of each kind are ever prepared (a group of 37 rows is 32 + 4 + 1).
+func perInsert(n int) int {
+	if n >= rowsPerInsert {
+		return rowsPerInsert
+	}
+	return 1 << (bits.Len(uint(n)) - 1)
+}
 
 var (
 	logSQL    [rowsPerInsert + 1]string
@@ -694,7 +709,7 @@ var (
 )
 
 func buildSQL() {
-	for n := 1; n <= rowsPerInsert; n++ {
+	for n := 1; n <= rowsPerInsert; n *= 2 {
 		vals := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", n), ", ")
 		logSQL[n] = `INSERT INTO log(workspace_id, seq, now_ms, op, body, status, events, semantics, rules) VALUES ` +
 			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ")
@@ -734,8 +749,9 @@ func (s *Store) Commit(recs []Record) error {
 	defer tx.Rollback()
 	// Many rows per INSERT: far fewer trips through database/sql and the
 	// driver than one statement per row.
-	for start := 0; start < len(recs); start += rowsPerInsert {
-		chunk := recs[start:min(start+rowsPerInsert, len(recs))]
+	for start := 0; start < len(recs); {
+		chunk := recs[start : start+perInsert(len(recs)-start)]
+		start += len(chunk)
 		args := make([]any, 0, 9*len(chunk))
 		for i := range chunk {
 			r := &chunk[i]
@@ -788,8 +804,9 @@ func (s *Store) AppendEvents(events []Event) error {
 		return fmt.Errorf("store: begin events: %w", err)
 	}
 	defer tx.Rollback()
-	for start := 0; start < len(events); start += rowsPerInsert {
-		chunk := events[start:min(start+rowsPerInsert, len(events))]
+	for start := 0; start < len(events); {
+		chunk := events[start : start+perInsert(len(events)-start)]
+		start += len(chunk)
 		args := make([]any, 0, 6*len(chunk))
 		for _, e := range chunk {
 			args = append(args, e.Workspace, e.Seq, e.Index, e.Type, e.AtMs, string(e.Body))

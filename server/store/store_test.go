@@ -213,3 +213,48 @@ func TestDrillWorkspaceLeavesNoSnapshot(t *testing.T) {
 		t.Fatalf("workspace %d (the drill's was %d) loads snapshot %s at %d and %d commands (%v); want nothing", w.ID, d.ID, snap, seq, len(recs), err)
 	}
 }
+
+// TestCommitGroupSizes: groups of every size up to past two INSERTs' worth
+// are written whole and in order, through at most 8 prepared statements
+// (one per power of two up to rowsPerInsert), however many sizes come.
+func TestCommitGroupSizes(t *testing.T) {
+	for n, want := range map[int][]int{1: {1}, 37: {32, 4, 1}, 128: {128}, 300: {128, 128, 32, 8, 4}} {
+		var got []int
+		for left := n; left > 0; left -= got[len(got)-1] {
+			got = append(got, perInsert(left))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%d rows go in INSERTs of %v, want %v", n, got, want)
+		}
+	}
+	s := open(t, t.TempDir(), Options{})
+	seq := int64(0)
+	for _, n := range []int{1, 2, 3, 7, 37, 64, 100, 127, 128, 129, 300} {
+		recs := make([]Record, n)
+		for i := range recs {
+			seq++
+			recs[i] = Record{Workspace: 1, Seq: seq, NowMs: seq, Op: "acquire", Body: []byte(fmt.Sprintf(`{"n":%d}`, seq)), Status: 200}
+		}
+		if err := s.Commit(recs); err != nil {
+			t.Fatalf("a group of %d: %v", n, err)
+		}
+	}
+	_, _, recs, err := s.Load(context.Background(), 1)
+	if err != nil || int64(len(recs)) != seq {
+		t.Fatalf("load: %d records, %v; want %d", len(recs), err, seq)
+	}
+	for i, r := range recs {
+		if r.Seq != int64(i+1) || string(r.Body) != fmt.Sprintf(`{"n":%d}`, i+1) {
+			t.Fatalf("record %d: seq %d body %s", i, r.Seq, r.Body)
+		}
+	}
+	prepared := 0
+	for _, st := range s.logStmts {
+		if st != nil {
+			prepared++
+		}
+	}
+	if prepared > 8 {
+		t.Errorf("%d INSERT statements prepared for the log, want at most 8", prepared)
+	}
+}
