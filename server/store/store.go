@@ -158,7 +158,16 @@ type Store struct {
 	path string
 	opts Options
 
-	delLog    *sql.Stmt
+	delLog *sql.Stmt
+	// logWrite is taken by Commit and by the log trim around their
+	// transactions on leaseplane.db: the one that comes second waits for
+	// the other in Go and starts the moment it is done. Left to SQLite's
+	// busy handler, it finds the write lock taken and sleeps 1, 2, 5, 10
+	// ms and so on between tries, however soon the other finished: a
+	// commit meeting a trim waited at least 1 ms more (8 when the trim
+	// took 4), its whole group's answers with it, and under steady commits
+	// a trim could keep missing the gaps between them.
+	logWrite  sync.Mutex
 	keyEpochs *sql.Stmt // read every key poll
 
 	stmtMu               sync.Mutex
@@ -742,6 +751,23 @@ func begin(db *sql.DB, what string, fault func() error) (*sql.Tx, error) {
 
 // Commit writes recs, in order, in one transaction: all or nothing.
 func (s *Store) Commit(recs []Record) error {
+	if err := s.commitLog(recs); err != nil {
+		return err
+	}
+	for i := range recs {
+		if r := &recs[i]; r.Snapshot != nil {
+			if err := s.SaveSnapshot(r.Workspace, r.Seq, r.Snapshot); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// commitLog is Commit's transaction.
+func (s *Store) commitLog(recs []Record) error {
+	s.logWrite.Lock()
+	defer s.logWrite.Unlock()
 	tx, err := begin(s.db, "commit", s.opts.BeforeCommit)
 	if err != nil {
 		return err
@@ -784,13 +810,6 @@ func (s *Store) Commit(recs []Record) error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: commit: %w", err)
-	}
-	for i := range recs {
-		if r := &recs[i]; r.Snapshot != nil {
-			if err := s.SaveSnapshot(r.Workspace, r.Seq, r.Snapshot); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }
@@ -850,7 +869,10 @@ func (s *Store) SaveSnapshot(ws, seq int64, state []byte) error {
 		trim = min(trim, s.opts.LogKeepAfter(ws))
 	}
 	if trim > 0 {
-		if _, err := s.delLog.Exec(ws, trim); err != nil {
+		s.logWrite.Lock()
+		_, err := s.delLog.Exec(ws, trim)
+		s.logWrite.Unlock()
+		if err != nil {
 			return fmt.Errorf("store: trim log of workspace %d: %w", ws, err)
 		}
 	}
