@@ -14,12 +14,13 @@ export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 export const artifacts = path.join(root, "test-artifacts");
 export const corpusDir = path.join(root, "kernel/testdata/scenarios");
 
-export function buildBinary(tmp) {
+export function buildBinary(tmp, { testFaults = false } = {}) {
   if (!fs.existsSync(path.join(root, "web/static/leaseplane.wasm"))) {
     throw new Error("web/static/leaseplane.wasm is missing: run make wasm first (make test-browser does)");
   }
   const bin = path.join(tmp, "leaseplane");
-  execFileSync("go", ["build", "-o", bin, "./cmd/leaseplane"], { cwd: root, stdio: "inherit" });
+  const tags = testFaults ? ["-tags", "leaseplane_testfaults"] : [];
+  execFileSync("go", ["build", ...tags, "-o", bin, "./cmd/leaseplane"], { cwd: root, stdio: "inherit" });
   return bin;
 }
 

@@ -19,7 +19,9 @@ export function useServe(name, { site = false, serveArgs = [], browserOptions = 
   const env = {};
   before(async () => {
     env.tmp = fs.mkdtempSync(path.join(os.tmpdir(), `lp-${name}-`));
-    env.bin = buildBinary(env.tmp);
+    // --test-drills and --test-fault exist only in a test build.
+    const testFaults = serveArgs.some((a) => a.startsWith("--test-"));
+    env.bin = buildBinary(env.tmp, { testFaults });
     env.serve = await startServe(env.bin, env.tmp, serveArgs);
     if (site) {
       execFileSync(env.bin, ["site", path.join(env.tmp, "site")]);
