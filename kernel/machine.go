@@ -337,9 +337,10 @@ func (m *Machine) apply(c Command) Result {
 	}
 	r.Changed = m.changed || m.clock || m.pruned
 	// What a replay needs: a change of state, or the clock of a command
-	// that is logged anyway (a wait or a tick that only moved the clock
-	// is not: the next logged command carries a later time).
-	m.logged = m.changed || (m.clock && c.Op != OpWait && c.Op != OpTick)
+	// that is logged anyway (a wait, a tick or a cancel that only moved
+	// the clock is not: the next logged command carries a later time; so
+	// a host's cancel {} at start logs nothing when nothing was held).
+	m.logged = m.changed || (m.clock && c.Op != OpWait && c.Op != OpTick && c.Op != OpCancel)
 	return r
 }
 

@@ -18,7 +18,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { start, createWorkspace, root } from "./miniflare.mjs";
+import { start, createWorkspace, root, record } from "./miniflare.mjs";
 
 const N = Number(process.env.N || 500);
 const ADMIN = "bench";
@@ -71,6 +71,7 @@ async function measure(entry) {
     const ns = await mf.getDurableObjectNamespace("WORKSPACES");
     const stub = ns.get(ns.idFromName("bench"));
     const body = JSON.stringify({ resource: "lock:bench", actorDid: "did:web:bench.example:agent:1" });
+    const rec = () => record("acquire", { resource: "lock:bench", actorDid: "did:web:bench.example:agent:1" }); // to the object directly
     const pids = workerdPids();
     if (pids.length === 0) throw new Error("no workerd process found below this one");
     const check = (what, r) => {
@@ -83,7 +84,7 @@ async function measure(entry) {
       check("front", r);
     });
     out.direct = await perRequest(pids, async () => {
-      const r = await stub.fetch("https://workspace/op/acquire", { method: "POST", body, headers: directHeaders(key) });
+      const r = await stub.fetch("https://workspace/op/acquire", { method: "POST", body: rec(), headers: directHeaders(key) });
       await r.arrayBuffer();
       check("object", r);
     });

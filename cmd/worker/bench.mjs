@@ -14,7 +14,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { start, createWorkspace, root } from "./miniflare.mjs";
+import { start, createWorkspace, root, record } from "./miniflare.mjs";
 
 const N = Number(process.env.N || 300);
 const CLIENTS = Number(process.env.CLIENTS || 8);
@@ -26,6 +26,7 @@ const { mf, url } = await start({ dataDir, port: 0, adminSecret: ADMIN });
 const key = await createWorkspace(url, ADMIN, "bench");
 const ns = await mf.getDurableObjectNamespace("WORKSPACES");
 const body = JSON.stringify({ resource: "lock:bench", actorDid: "did:web:bench.example:agent:1" });
+const rec = () => record("acquire", { resource: "lock:bench", actorDid: "did:web:bench.example:agent:1" }); // to the object directly
 
 const pct = (xs, p) => xs[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))];
 
@@ -67,7 +68,7 @@ const ns2 = await again.mf.getDurableObjectNamespace("WORKSPACES");
 for (let i = 0; i < 5; i++) {
   const s = ns2.get(ns2.idFromName(`cold-${i}`));
   const t = performance.now();
-  const r = await s.fetch("https://workspace/op/acquire", { method: "POST", body, headers: { "X-Leaseplane-Key-Id": "000000000000" } });
+  const r = await s.fetch("https://workspace/op/acquire", { method: "POST", body: rec(), headers: { "X-Leaseplane-Key-Id": "000000000000" } });
   await r.arrayBuffer();
   cold.push(performance.now() - t);
 }
@@ -82,7 +83,7 @@ const front3 = async () => {
   if (r.status !== 200) throw new Error(`front: ${r.status}`);
 };
 const direct3 = async () => {
-  const r = await stub3.fetch("https://workspace/op/acquire", { method: "POST", body, headers: { "X-Leaseplane-Key-Id": key.split("_")[1] } });
+  const r = await stub3.fetch("https://workspace/op/acquire", { method: "POST", body: rec(), headers: { "X-Leaseplane-Key-Id": key.split("_")[1] } });
   await r.arrayBuffer();
   if (r.status !== 200) throw new Error(`object: ${r.status}`);
 };

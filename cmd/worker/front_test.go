@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -126,5 +128,23 @@ func TestValidWorkspaceNameAndAgent(t *testing.T) {
 	}
 	if !sameSecret("s", "s") || sameSecret("s", "") || sameSecret("", "") || sameSecret("s", "t") {
 		t.Error("sameSecret")
+	}
+}
+
+// TestDurableObjectOnlyDoesIO: the Durable Object stays small and decides
+// nothing: at most 264 lines, no loop of its own that asks again for a
+// held request (no timer), and no step but Ready's (no lp_apply).
+func TestDurableObjectOnlyDoesIO(t *testing.T) {
+	b, err := os.ReadFile("workspace.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("\n")); n > 264 {
+		t.Errorf("workspace.mjs has %d lines; at most 264", n)
+	}
+	for _, s := range []string{"setTimeout", "setInterval", "lp_apply", "wake"} {
+		if bytes.Contains(b, []byte(s)) {
+			t.Errorf("workspace.mjs uses %s", s)
+		}
 	}
 }

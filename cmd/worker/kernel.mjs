@@ -189,19 +189,40 @@ export class Kernel extends Reactor {
     return b;
   }
 
-  result(r) {
+  // ready reads a step's Ready record (wasm/wasip1): {status, retryAfter,
+  // log, snapshotDue, changed, nextAlarm (null for none), answer (bytes,
+  // null when the step made a held ask), askId, events: [{type, atMs,
+  // fence, actorDid, resource, leaseId, json}], answers: [{askId, status,
+  // retryAfter, answer}]}, every bytes field copied.
+  ready(r) {
     if (r & ERR_FLAG) this.output(r);
-    const rec = new DataView(this.x.memory.buffer, Number(r >> 32n), 28);
-    const mem = this.x.memory.buffer;
-    const aPtr = rec.getUint32(12, true), aLen = rec.getUint32(16, true);
-    const ePtr = rec.getUint32(20, true), eLen = rec.getUint32(24, true);
-    return {
-      status: rec.getUint32(0, true),
-      retryAfter: rec.getUint32(4, true),
-      changed: rec.getUint32(8, true) !== 0,
-      answer: new Uint8Array(mem, aPtr, aLen).slice(),
-      events: new Uint8Array(mem, ePtr, eLen).slice(),
+    const rec = this.region(r);
+    const v = new DataView(rec.buffer);
+    const u32 = (at) => v.getUint32(at, true);
+    const flags = u32(8), nEv = u32(12), nAns = u32(16);
+    let at = 40 + 40 * nEv + 16 * nAns;
+    const take = (n) => rec.subarray(at, (at += n));
+    const str = (n) => dec.decode(take(n));
+    const answer = take(u32(20));
+    const rd = {
+      status: u32(0), retryAfter: u32(4), log: (flags & 1) !== 0, snapshotDue: (flags & 4) !== 0, changed: (flags & 8) !== 0,
+      nextAlarm: flags & 2 ? Number(v.getBigInt64(32, true)) : null,
+      answer: flags & 16 ? null : answer, askId: str(u32(24)), events: [], answers: [],
     };
+    for (let i = 0, e = 40; i < nEv; i++, e += 40) {
+      const ev = { atMs: Number(v.getBigInt64(e, true)), fence: Number(v.getBigInt64(e + 8, true)) };
+      ev.type = str(u32(e + 16));
+      ev.actorDid = str(u32(e + 20));
+      ev.resource = str(u32(e + 24));
+      ev.leaseId = str(u32(e + 28));
+      ev.json = take(u32(e + 32));
+      rd.events.push(ev);
+    }
+    for (let i = 0, a = 40 + 40 * nEv; i < nAns; i++, a += 16) {
+      const askId = str(u32(a + 8));
+      rd.answers.push({ askId, status: u32(a), retryAfter: u32(a + 4), answer: take(u32(a + 12)) });
+    }
+    return rd;
   }
 
   // new starts an empty machine with rules (JSON bytes; empty for none).
@@ -214,16 +235,21 @@ export class Kernel extends Reactor {
     this.output(this.call("lp_restore", this.write(snapshot)));
   }
 
-  // apply decodes a REST body for op and applies it at nowMs.
-  apply(op, nowMs, body) {
-    const o = enc.encode(op);
-    this.write(o, body);
-    return this.result(this.call("lp_apply", o.length, BigInt(nowMs), body.length));
+  // stepRecord steps a command record (kernel/record.go) as it came.
+  stepRecord(rec) {
+    return this.ready(this.call("lp_step_command", this.write(rec)));
   }
 
-  // step applies one scenario step (JSON bytes).
-  step(step) {
-    return this.result(this.call("lp_step", this.write(step)));
+  // stepBody decodes a REST body for op and steps it at nowMs.
+  stepBody(op, nowMs, body) {
+    const o = enc.encode(op);
+    this.write(o, body);
+    return this.ready(this.call("lp_step_body", o.length, BigInt(nowMs), body.length));
+  }
+
+  // stepScenario steps one scenario step (JSON bytes with atMs and op).
+  stepScenario(step) {
+    return this.ready(this.call("lp_step_scenario", this.write(step)));
   }
 
   // nextAlarm is the time of the kernel's next alarm, or null.

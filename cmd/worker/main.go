@@ -97,17 +97,20 @@ func lease(r *http.Request, rt api.Route) reply {
 	if rep, ok := admit(k, rt.Op, body); !ok {
 		return rep
 	}
-	path := "/op/" + string(rt.Op)
+	// The command is decoded once, here, and crosses to the object as a
+	// command record (kernel.PutRecord), which the object stamps with its
+	// clock, steps and logs as it came.
+	c := kernel.DecodeCommand(rt.Op, 0, body)
 	if rt.Op == kernel.OpAcquire {
 		ms, held, err := api.WaitUpTo(q, body)
 		if err != nil {
 			return fromAPI(api.BadQuery(err))
 		}
-		if held {
-			path += "?" + api.ParamWaitUpToMs + "=" + strconv.Itoa(ms)
+		if held && c.Invalid == "" {
+			c.WaitUpToMs, c.HasWaitUpTo = int64(ms), true
 		}
 	}
-	return toObject(k.workspace, path, body, k.id)
+	return toObject(k.workspace, "/op/"+string(rt.Op), kernel.AppendRecord(nil, c), k.id)
 }
 
 // ledgerRoute answers the ledger's routes for any key of the workspace: a

@@ -47,6 +47,7 @@ export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "l
       { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
     ],
     compatibilityDate: cfg.compatibility_date,
+    compatibilityFlags: cfg.compatibility_flags ?? [],
     durableObjects,
     kvNamespaces: cfg.kv_namespaces.map((k) => k.binding),
     bindings,
@@ -94,4 +95,25 @@ export async function createKey(base, adminSecret, workspace, role, agentDid) {
   const body = await res.json();
   if (res.status !== 200) throw new Error(`creating a ${role} key: ${res.status} ${JSON.stringify(body)}`);
   return body;
+}
+
+// record is a command as the front sends it to a workspace's object: the
+// kernel's command record (kernel/record.go), for the tests and benchmarks
+// that call an object directly. fields: resource, actorDid, mode, leaseId,
+// askId (strings), waitUpToMs (a number).
+export function record(op, fields = {}) {
+  const ops = ["acquire", "release", "wait", "tick", "suspend", "resume", "forget", "cancel"];
+  const strs = ["resource", "actorDid", "mode", "leaseId", "prefix", "after", "askId", "invalid"].map((f) => new TextEncoder().encode(fields[f] ?? ""));
+  const out = new Uint8Array(56 + strs.reduce((n, s) => n + s.length, 0));
+  const v = new DataView(out.buffer);
+  out[0] = ops.indexOf(op) + 1;
+  out[1] = ("leaseId" in fields ? 1 : 0) | ("askId" in fields ? 2 : 0) | ("waitUpToMs" in fields ? 4 : 0);
+  v.setBigInt64(16, BigInt(fields.waitUpToMs ?? 0), true);
+  let at = 56;
+  strs.forEach((s, i) => {
+    v.setUint32(24 + 4 * i, s.length, true);
+    out.set(s, at);
+    at += s.length;
+  });
+  return out;
 }

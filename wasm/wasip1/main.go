@@ -17,9 +17,6 @@
 //	lp_buffer(size u32) u32                      -> ptr of the input buffer
 //	lp_new(n u32) u64                            rules JSON in input[0:n]; 0 or an error
 //	lp_restore(n u32) u64                        snapshot JSON in input[0:n]; 0 or an error
-//	lp_step(n u32) u64                           scenario step in input[0:n]
-//	lp_apply(opLen u32, nowMs i64, n u32) u64    op in input[0:opLen], REST body
-//	                                             in input[opLen:opLen+n]
 //	lp_next_alarm() u64                          empty, or the alarm as an i64
 //	lp_snapshot() u64                            the snapshot JSON
 //	lp_trust() u64                               the trust JSON object
@@ -44,68 +41,23 @@
 // command is never an error: it is an answer (invalid_request), exactly as
 // natively. A trap means the instance is broken and must be discarded.
 //
-// lp_step and lp_apply return a 28-byte result record:
-//
-//	status u32, retryAfterSec u32, changed u32 (0 or 1),
-//	answerPtr u32, answerLen u32, eventsPtr u32, eventsLen u32
-//
-// whose answer and events regions follow the same lifetime rule.
-//
-// Two further exports gave the server's per-command path a cheaper
-// round trip before lp_step_command (below), which wasm/wazero now uses;
-// they, lp_apply and lp_step stay while other hosts move:
-//
-//	lp_apply_body(opLen u32, nowMs i64, n u32) u64   as lp_apply, with the
-//	                                                 extended result record
-//	lp_apply_command(n u32) u64                      a command the host has
-//	                                                 already decoded (below),
-//	                                                 with the extended record
-//
-// lp_apply_command takes a kernel.Command in input[0:n], laid out as
-//
-//	op u8 (1 acquire, 2 release, 3 wait, 4 tick, 5 suspend, 6 resume,
-//	7 forget), flags u8 (bit 0: leaseId present), 2 zero bytes,
-//	limit u32, nowMs i64, then the byte lengths (u32 each) of resource,
-//	actorDid, mode, leaseId, prefix and after, then those bytes in that
-//	order.
-//
-// The host decodes a REST body with the very kernel code the guest runs
-// (kernel.DecodeRequest) and sends a body that does not decode through
-// lp_apply_body, so the guest still writes every answer, invalid_request
-// included; the guest validates the command again (kernel.Machine.Apply).
-//
-// The extended result record is
-//
-//	status u32, retryAfterSec u32, flags u32 (bit 0 changed, bit 1 the
-//	machine has a next alarm), answerPtr u32, answerLen u32,
-//	eventsPtr u32, eventsLen u32, nEvents u32, nextAlarm i64,
-//	then per event: atMs i64, jsonLen u32, typeLen u32
-//
-// where the events region holds the events' JSON back to back, then
-// their types back to back, in the record's order. So the host learns the
-// next alarm with each answer (no lp_next_alarm call) and reads the events
-// without parsing JSON.
-//
 // # The step (kernel.Engine.Step)
 //
-// Two exports run kernel.Machine.Step and return its Ready as one fixed
-// record, the seam every host is moving to:
+// Three exports run kernel.Machine.Step and return its Ready as one fixed
+// record, the one seam of every host:
 //
 //	lp_step_command(n u32) u64                  a kernel.Command the host
-//	                                            decoded, laid out as below
+//	                                            decoded, as a command record
+//	                                            (kernel/record.go)
 //	lp_step_body(opLen u32, nowMs i64, n u32) u64
 //	                                            op in input[0:opLen], REST
 //	                                            body after it: the guest
 //	                                            decodes it (kernel.DecodeCommand)
+//	lp_step_scenario(n u32) u64                 a scenario step (JSON with
+//	                                            atMs and op) in input[0:n]
+//	                                            (kernel.DecodeStepCommand)
 //
-// lp_step_command's input is a 56-byte header, then the strings:
-//
-//	op u8 (0 none, 1 acquire, 2 release, 3 wait, 4 tick, 5 suspend,
-//	6 resume, 7 forget, 8 cancel), flags u8 (bit 0 leaseId present,
-//	bit 1 askId present, bit 2 waitUpToMs present), 2 zero bytes,
-//	limit u32, nowMs i64, waitUpToMs i64, then the byte lengths (u32 each)
-//	of resource, actorDid, mode, leaseId, prefix, after, askId and
-//	invalid (Command.Invalid), then those bytes in that order.
+// lp_step_command's input is kernel's command record (kernel.PutRecord).
 //
 // The Ready record is one region: a 40-byte header, nEvents event
 // entries of 40 bytes, nAnswers answer entries of 16 bytes, then every
@@ -143,10 +95,7 @@ var (
 	machine *kernel.Machine
 	input   []byte
 	// out keeps the bytes of the last result alive until the next call.
-	out    []byte
-	record [28]byte
-	last   kernel.Result
-	events []byte // last's events as a JSON array
+	out []byte
 )
 
 func region(b []byte) uint64 {
@@ -211,60 +160,6 @@ func load(export string, n uint32, build func([]byte) (*kernel.Machine, error)) 
 
 const noMachine = "no machine: call lp_new or lp_restore first"
 
-func result(r kernel.Result) uint64 {
-	collect()
-	last = r
-	binary.LittleEndian.PutUint32(record[0:], uint32(r.Status))
-	binary.LittleEndian.PutUint32(record[4:], uint32(r.RetryAfterSec))
-	changed := uint32(0)
-	if r.Changed {
-		changed = 1
-	}
-	binary.LittleEndian.PutUint32(record[8:], changed)
-	events = kernel.AppendEvents(events[:0], r.Events)
-	a, e := region(r.Answer), region(events)
-	binary.LittleEndian.PutUint32(record[12:], uint32(a>>32))
-	binary.LittleEndian.PutUint32(record[16:], uint32(a))
-	binary.LittleEndian.PutUint32(record[20:], uint32(e>>32))
-	binary.LittleEndian.PutUint32(record[24:], uint32(e))
-	return region(record[:])
-}
-
-//go:wasmexport lp_step
-func step(n uint32) uint64 {
-	if machine == nil {
-		return fail(noMachine)
-	}
-	b, ok := in(n)
-	if !ok {
-		return fail("lp_step: length beyond the input buffer")
-	}
-	return result(machine.StepJSON(b))
-}
-
-//go:wasmexport lp_apply
-func apply(opLen uint32, nowMs int64, n uint32) uint64 {
-	return applyInput("lp_apply", opLen, nowMs, n, result)
-}
-
-// applyInput applies the op (the input's first opLen bytes) with the body
-// (the n after them) at nowMs, and hands the result to record, for the
-// export named export.
-func applyInput(export string, opLen uint32, nowMs int64, n uint32, record func(kernel.Result) uint64) uint64 {
-	if machine == nil {
-		return fail(noMachine)
-	}
-	if uint64(opLen)+uint64(n) > uint64(len(input)) {
-		return fail(export + ": lengths beyond the input buffer")
-	}
-	op := kernel.Op(input[:opLen])
-	return record(machine.ApplyJSON(op, nowMs, input[opLen:opLen+n]))
-}
-
-// ext is the extended result record of the last lp_apply_body or
-// lp_apply_command.
-var ext []byte
-
 // Collecting. Nothing of the guest runs between two calls into it, and
 // within a call only the call's own goroutine does: the Go runtime's
 // background collector does not keep up on its own, and the heap, with it
@@ -298,93 +193,7 @@ func collect() {
 	collectAt = mem.TotalAlloc + max(mem.HeapAlloc, 4<<20)
 }
 
-func extended(r kernel.Result) uint64 {
-	collect()
-	last = r
-	flags := uint32(0)
-	if r.Changed {
-		flags |= 1
-	}
-	at, ok := machine.NextAlarm()
-	if ok {
-		flags |= 2
-	}
-	events = events[:0]
-	for _, e := range r.Events {
-		events = append(events, e.JSON...)
-	}
-	for _, e := range r.Events {
-		events = append(events, e.Type...)
-	}
-	a, ev := region(r.Answer), region(events)
-	n := 40 + 16*len(r.Events)
-	if cap(ext) < n {
-		ext = make([]byte, n, max(n, 200))
-	}
-	ext = ext[:n]
-	le := binary.LittleEndian
-	le.PutUint32(ext[0:], uint32(r.Status))
-	le.PutUint32(ext[4:], uint32(r.RetryAfterSec))
-	le.PutUint32(ext[8:], flags)
-	le.PutUint64(ext[12:], a>>32|a<<32) // ptr then len, little-endian
-	le.PutUint64(ext[20:], ev>>32|ev<<32)
-	le.PutUint32(ext[28:], uint32(len(r.Events)))
-	le.PutUint64(ext[32:], uint64(at))
-	for i, e := range r.Events {
-		le.PutUint64(ext[40+16*i:], uint64(e.AtMs))
-		le.PutUint32(ext[48+16*i:], uint32(len(e.JSON)))
-		le.PutUint32(ext[52+16*i:], uint32(len(e.Type)))
-	}
-	return region(ext)
-}
-
-//go:wasmexport lp_apply_body
-func applyBody(opLen uint32, nowMs int64, n uint32) uint64 {
-	return applyInput("lp_apply_body", opLen, nowMs, n, extended)
-}
-
-// commandOps are the op codes of lp_apply_command, from 1.
-var commandOps = [...]kernel.Op{kernel.OpAcquire, kernel.OpRelease, kernel.OpWait, kernel.OpTick,
-	kernel.OpSuspend, kernel.OpResume, kernel.OpForget}
-
-//go:wasmexport lp_apply_command
-func applyCommand(n uint32) uint64 {
-	if machine == nil {
-		return fail(noMachine)
-	}
-	b, ok := in(n)
-	if !ok || len(b) < 40 {
-		return fail("lp_apply_command: a command needs 40 bytes within the input buffer")
-	}
-	code := int(b[0])
-	if code < 1 || code > len(commandOps) {
-		return fail("lp_apply_command: unknown op code")
-	}
-	c := kernel.Command{
-		Op:         commandOps[code-1],
-		HasLeaseID: b[1]&1 != 0,
-		Limit:      int(binary.LittleEndian.Uint32(b[4:])),
-		NowMs:      int64(binary.LittleEndian.Uint64(b[8:])),
-	}
-	rest := b[40:]
-	for i, f := range [...]*string{&c.Resource, &c.ActorDid, &c.Mode, &c.LeaseID, &c.Prefix, &c.After} {
-		l := binary.LittleEndian.Uint32(b[16+4*i:])
-		if uint64(l) > uint64(len(rest)) {
-			return fail("lp_apply_command: field lengths beyond the command")
-		}
-		if l > 0 {
-			*f = string(rest[:l])
-		}
-		rest = rest[l:]
-	}
-	return extended(machine.Apply(c))
-}
-
-// stepOps are the op codes of lp_step_command, from 1.
-var stepOps = [...]kernel.Op{kernel.OpAcquire, kernel.OpRelease, kernel.OpWait, kernel.OpTick,
-	kernel.OpSuspend, kernel.OpResume, kernel.OpForget, "cancel"}
-
-// readyRec is the Ready record of the last lp_step_command or lp_step_body.
+// readyRec is the Ready record of the last step.
 var readyRec []byte
 
 const readyHeader, readyEvent, readyAnswer = 40, 40, 16
@@ -395,32 +204,26 @@ func stepCommand(n uint32) uint64 {
 		return fail(noMachine)
 	}
 	b, ok := in(n)
-	if !ok || len(b) < 56 {
-		return fail("lp_step_command: a command needs 56 bytes within the input buffer")
+	if !ok {
+		return fail("lp_step_command: length beyond the input buffer")
 	}
-	le := binary.LittleEndian
-	var c kernel.Command
-	if code := int(b[0]); code > len(stepOps) {
-		return fail("lp_step_command: unknown op code")
-	} else if code > 0 {
-		c.Op = stepOps[code-1]
-	}
-	c.HasLeaseID, c.HasAskID, c.HasWaitUpTo = b[1]&1 != 0, b[1]&2 != 0, b[1]&4 != 0
-	c.Limit = int(le.Uint32(b[4:]))
-	c.NowMs = int64(le.Uint64(b[8:]))
-	c.WaitUpToMs = int64(le.Uint64(b[16:]))
-	rest := b[56:]
-	for i, f := range [...]*string{&c.Resource, &c.ActorDid, &c.Mode, &c.LeaseID, &c.Prefix, &c.After, &c.AskID, &c.Invalid} {
-		l := le.Uint32(b[24+4*i:])
-		if uint64(l) > uint64(len(rest)) {
-			return fail("lp_step_command: field lengths beyond the command")
-		}
-		if l > 0 {
-			*f = string(rest[:l])
-		}
-		rest = rest[l:]
+	c, err := kernel.ParseRecord(b)
+	if err != nil {
+		return fail("lp_step_command: " + err.Error())
 	}
 	return readyRecord(machine.Step(c))
+}
+
+//go:wasmexport lp_step_scenario
+func stepScenario(n uint32) uint64 {
+	if machine == nil {
+		return fail(noMachine)
+	}
+	b, ok := in(n)
+	if !ok {
+		return fail("lp_step_scenario: length beyond the input buffer")
+	}
+	return readyRecord(machine.Step(kernel.DecodeStepCommand(b)))
 }
 
 //go:wasmexport lp_step_body
@@ -567,5 +370,5 @@ func version() uint64 {
 
 //go:wasmexport lp_reset
 func reset() {
-	machine, out, last, events, ext, readyRec = nil, nil, kernel.Result{}, nil, nil, nil
+	machine, out, readyRec = nil, nil, nil
 }

@@ -434,12 +434,7 @@ func (e *Engine) Step(c kernel.Command) (kernel.Ready, error) {
 	}
 	defer e.mu.Unlock()
 	e.alarmKnown = false
-	code := opCode(c.Op)
-	if code == 0 && c.Op != "" && c.Invalid == "" {
-		c.Invalid = "op must be one of acquire, release, wait, tick, suspend, resume, forget, cancel"
-	}
-	n := commandHeader + len(c.Resource) + len(c.ActorDid) + len(c.Mode) + len(c.LeaseID) + len(c.Prefix) + len(c.After) +
-		len(c.AskID) + len(c.Invalid)
+	n := kernel.RecordLen(c)
 	if err := in.reserve(n); err != nil {
 		return kernel.Ready{}, err
 	}
@@ -447,7 +442,7 @@ func (e *Engine) Step(c kernel.Command) (kernel.Ready, error) {
 	if !ok {
 		return kernel.Ready{}, in.fault("input buffer out of range")
 	}
-	putCommand(buf, c)
+	kernel.PutRecord(buf, c)
 	r, err := in.call1(in.fStepCommand, uint64(n))
 	if err != nil {
 		return kernel.Ready{}, err
@@ -458,53 +453,6 @@ func (e *Engine) Step(c kernel.Command) (kernel.Ready, error) {
 	}
 	e.alarm, e.alarmOK, e.alarmKnown = rd.NextAlarm, rd.AlarmOK, true
 	return rd, nil
-}
-
-// commandHeader is the fixed part of lp_step_command's input.
-const commandHeader = 56
-
-// opCode is op's code in lp_step_command; 0 for none.
-func opCode(op kernel.Op) byte {
-	switch op {
-	case kernel.OpAcquire:
-		return 1
-	case kernel.OpRelease:
-		return 2
-	case kernel.OpWait:
-		return 3
-	case kernel.OpTick:
-		return 4
-	case kernel.OpSuspend:
-		return 5
-	case kernel.OpResume:
-		return 6
-	case kernel.OpForget:
-		return 7
-	case "cancel":
-		return 8
-	}
-	return 0
-}
-
-// putCommand lays c out in buf as lp_step_command reads it (wasm/wasip1).
-func putCommand(buf []byte, c kernel.Command) {
-	le := binary.LittleEndian
-	buf[0] = opCode(c.Op)
-	buf[1] = 0
-	for i, f := range [...]bool{c.HasLeaseID, c.HasAskID, c.HasWaitUpTo} {
-		if f {
-			buf[1] |= 1 << i
-		}
-	}
-	buf[2], buf[3] = 0, 0
-	le.PutUint32(buf[4:], uint32(c.Limit))
-	le.PutUint64(buf[8:], uint64(c.NowMs))
-	le.PutUint64(buf[16:], uint64(c.WaitUpToMs))
-	at := commandHeader
-	for i, f := range [...]string{c.Resource, c.ActorDid, c.Mode, c.LeaseID, c.Prefix, c.After, c.AskID, c.Invalid} {
-		le.PutUint32(buf[24+4*i:], uint32(len(f)))
-		at += copy(buf[at:], f)
-	}
 }
 
 // The Ready record's parts (wasm/wasip1).

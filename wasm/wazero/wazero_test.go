@@ -221,7 +221,7 @@ func TestApplyRandomLikeNative(t *testing.T) {
 }
 
 // TestCommandFields guards Engine.Apply's layout of a kernel.Command
-// (putCommand, and lp_apply_command in wasm/wasip1): a new field must be
+// (kernel.PutRecord, which lp_step_command reads): a new field must be
 // carried across the boundary too.
 func TestCommandFields(t *testing.T) {
 	if n := reflect.TypeFor[kernel.Command]().NumField(); n != 15 {

@@ -8,7 +8,9 @@
 // Usage: go run ./cmd/worker/paritygen [-n 1000] [-seed S] [-o FILE]
 //
 // A line is {"name", "rules": bytes|null, "steps": [bytes...], "expect":
-// {"steps": [{"s": status, "r": Retry-After, "a": answer, "v": events}...],
+// {"steps": [{"s": status, "r": Retry-After, "a": answer, "v": events,
+// "h": the askId the step made ("" none), "w": [{"i": askId, "s", "r",
+// "a"}...] the held asks it answered}...],
 // "trust": bytes}}, every bytes field in base64 (so invalid UTF-8 in a
 // random step reaches the object as it is), or
 // {"name", "refused": message} for a scenario the parser refuses before any
@@ -32,10 +34,20 @@ import (
 )
 
 type step struct {
+	S int      `json:"s"`
+	R int      `json:"r"`
+	A string   `json:"a"`
+	V string   `json:"v"`
+	H string   `json:"h"`
+	W []answer `json:"w"`
+}
+
+// answer is a held ask that ended during a step.
+type answer struct {
+	I string `json:"i"`
 	S int    `json:"s"`
 	R int    `json:"r"`
 	A string `json:"a"`
-	V string `json:"v"`
 }
 
 type expect struct {
@@ -136,7 +148,11 @@ func expected(name string, in []byte) (line, error) {
 		if err != nil {
 			return line{}, fmt.Errorf("%s: step %d: %v", name, i, err)
 		}
-		ex.Steps[i] = step{S: res.Status, R: res.RetryAfterSec, A: b64(res.Answer), V: b64(kernel.AppendEvents(nil, res.Events))}
+		w := make([]answer, len(res.Answers))
+		for j, a := range res.Answers {
+			w[j] = answer{I: a.AskID, S: a.Status, R: a.RetryAfterSec, A: b64(a.Answer)}
+		}
+		ex.Steps[i] = step{S: res.Status, R: res.RetryAfterSec, A: b64(res.Answer), V: b64(kernel.AppendEvents(nil, res.Events)), H: res.AskID, W: w}
 	}
 	trust, err := e.Trust()
 	if err != nil {
