@@ -29,7 +29,7 @@ export class Book {
   // open (again, after a failed write) reads the ledger's position.
   open() {
     this.ledger = new Ledger(ledgerModule, (indexes) => this.readHashes(indexes));
-    this.size = this.sql.exec(`SELECT coalesce(max(first + count), 0) AS n FROM ledger_rows`).one().n;
+    this.size = Math.max(this.sql.exec(`SELECT coalesce(max(first + count), 0) AS n FROM ledger_rows`).one().n, this.dropped());
     this.openRow = null;
     this.hashCount = this.sql.exec(`SELECT count(*) AS n FROM ledger_hashes`).one().n;
     this.seq = Number(this.meta("ledger_seq") ?? 0);
@@ -101,7 +101,7 @@ export class Book {
   // while it is not full.
   lastRow() {
     const r = this.sql.exec(`SELECT first, count, data FROM ledger_rows ORDER BY first DESC LIMIT 1`).toArray()[0];
-    if (!r) return { first: 0, entries: [] };
+    if (!r) return { first: this.size, entries: [] }; // none yet, or retention dropped every row
     if (r.count === ROW) return { first: r.first + ROW, entries: [] };
     return { first: r.first, entries: this.ledger.unpack(new Uint8Array(r.data)) };
   }
@@ -165,9 +165,35 @@ export class Book {
     return { size: n, text: ck };
   }
 
-  // route answers GET /api/v1/ledger/<what>; the parameters and their
-  // refusals are the server's (server/ledger).
-  async route(what, q) {
+  // retain drops the bodies of whole rows of entries that an export
+  // covered (POST exported) once their last entry is older than the
+  // binding LEASEPLANE_LEDGER_RETENTION_MS (unset or 0: kept forever); their
+  // tree hashes, the grants' look-up and the checkpoints stay. now is the
+  // object's clock.
+  retain(now) {
+    const ms = Number(this.env.LEASEPLANE_LEDGER_RETENTION_MS ?? 0);
+    const exported = Number(this.meta("ledger_exported") ?? 0);
+    let dropped = this.dropped();
+    if (!(ms > 0) || exported < dropped + ROW) return;
+    const rows = this.sql.exec(`SELECT first, data FROM ledger_rows WHERE count = ? AND first >= ? AND first + ? <= ? ORDER BY first`,
+      ROW, dropped, ROW, exported).toArray();
+    for (const r of rows) {
+      if (this.ledger.unpack(new Uint8Array(r.data)).at(-1).time > now - ms) break;
+      this.sql.exec(`DELETE FROM ledger_rows WHERE first = ?`, r.first);
+      dropped = r.first + ROW;
+    }
+    this.setMeta("ledger_dropped", dropped);
+  }
+
+  // dropped is the first entry whose body retention keeps.
+  dropped() {
+    return Number(this.meta("ledger_dropped") ?? 0);
+  }
+
+  // route answers /api/v1/ledger/<what> (POST for exported, GET for the
+  // others: the front checked the method and the key's role); the
+  // parameters and their refusals are the server's (server/ledger).
+  async route(what, q, now) {
     const bad = (name, msg) => {
       throw json(400, `{"ok":false,"reason":"invalid_request","parameter":${JSON.stringify(name)},"error":${JSON.stringify(name + " " + msg)}}`);
     };
@@ -185,8 +211,22 @@ export class Book {
     };
     const hashList = (hs) => `"hashes":[${hs.map((h) => `"${btoa(String.fromCharCode(...h))}"`).join(",")}]`;
     const size = this.size;
+    const gone = (i) => refusal(410, "gone", `entry ${i} was dropped after its retention period, once exported (entries from ${this.dropped()} are kept)` +
+      "; its tree hash is kept, so proofs and checkpoints still check");
     try {
       switch (what) {
+        case "exported": {
+          const n = param("size", 0, true);
+          const root = q.getAll("root");
+          if (root.length !== 1) bad("root", "is required, once: the base64 root hash of the tree of that size");
+          if (!/^[A-Za-z0-9+/]{43}=$/.test(root[0])) bad("root", "is not a base64 hash of 32 bytes");
+          if (n > size || n === 0) bad("size", `must be 1 to the ledger's size (${size} entries)`);
+          if (!this.ledger.rootIs(n, root[0])) bad("root", `is not the root of this ledger's tree of size ${n}`);
+          this.setMeta("ledger_exported", Math.max(n, Number(this.meta("ledger_exported") ?? 0)));
+          this.retain(now);
+          const ms = Number(this.env.LEASEPLANE_LEDGER_RETENTION_MS ?? 0);
+          return json(200, `{"ok":true,"exported":${this.meta("ledger_exported")},"dropped":${this.dropped()},"retentionMs":${ms > 0 ? ms : 0}}`);
+        }
         case "key":
           return text(this.meta("ledger_verifier") + "\n");
         case "checkpoint":
@@ -196,6 +236,7 @@ export class Book {
           const count = param("count", 100, false);
           if (count < 1 || count > 1000) bad("count", "must be 1 to 1000");
           if (start > size) bad("start", `is past the ledger's end (it has ${size} entries)`);
+          if (start < this.dropped()) return gone(start);
           const parts = this.rowEntries(start, Math.min(start + count, size)).map(({ index, data }) =>
             `{"index":${index},"data":"${btoa(String.fromCharCode(...data))}","event":${dec.decode(data)}}`);
           return json(200, `{"entries":[${parts.join(",")}]}`);
@@ -218,6 +259,7 @@ export class Book {
           const vs = q.getAll("leaseId");
           if (vs.length !== 1 || vs[0] === "" || enc.encode(vs[0]).length > 256) bad("leaseId", "is required, once, 1-256 bytes");
           const g = this.sql.exec(`SELECT idx FROM ledger_grants WHERE lease_id = ?`, vs[0]).toArray()[0];
+          if (g && g.idx < this.dropped()) return gone(g.idx);
           const row = g && this.rowEntries(g.idx, g.idx + 1)[0];
           if (!row) return refusal(404, "not_found", `no grant of lease ${vs[0]} in this workspace's ledger`);
           const ck = await this.signed();
@@ -229,6 +271,6 @@ export class Book {
       console.error("workspace: ledger route failed:", err && err.stack);
       return refusal(503, "unavailable", `the ledger cannot answer now (${err.message}); leases are not affected; retry`, { "Retry-After": "1" });
     }
-    return refusal(404, "not_found", `no ledger route /api/v1/ledger/${what}; the routes are key, checkpoint, entries, proof, consistency and receipt`);
+    return refusal(404, "not_found", `no ledger route /api/v1/ledger/${what}; the routes are key, checkpoint, entries, proof, consistency, receipt and exported`);
   }
 }

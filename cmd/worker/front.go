@@ -14,11 +14,6 @@ import (
 	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
-// The ledger's routes (GET /api/v1/ledger/NAME) the object answers.
-var ledgerRoutes = map[string]bool{"key": true, "checkpoint": true, "entries": true, "proof": true, "consistency": true, "receipt": true}
-
-const ledgerRouteList = "/api/v1/ledger/key, checkpoint, entries, proof, consistency and receipt"
-
 // The contract's bounds (package kernel/api), as on the server.
 const (
 	maxBodyBytes = api.DefaultMaxBodyBytes // 413 above it

@@ -76,6 +76,12 @@ export class Ledger extends Reactor {
     return split(this.output(this.call("lg_consistency", BigInt(size), BigInt(m))));
   }
 
+  // rootIs tells whether root (base64) is the root of the tree of size
+  // entries; it throws when root is not a base64 hash of 32 bytes.
+  rootIs(size, root) {
+    return this.output(this.call("lg_check_root", BigInt(size), this.write(enc.encode(root))))[0] === 1;
+  }
+
   receipt(i, size, signedCheckpoint, entry) {
     this.write(signedCheckpoint, entry);
     return this.output(this.call("lg_receipt", BigInt(i), BigInt(size), signedCheckpoint.length, entry.length));

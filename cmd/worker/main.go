@@ -51,10 +51,18 @@ func handle(w http.ResponseWriter, r *http.Request) {
 		write(w, reply{status: 200, body: append(b, '}')})
 	case strings.HasPrefix(path, "/admin/v1/"):
 		write(w, admin(r))
-	case strings.HasPrefix(path, "/api/v1/ledger/"):
+	case strings.HasPrefix(path, api.PathLedger):
+		if rt, ok := api.LedgerRoute(path); ok && !rt.Allows(r.Method) {
+			w.Header().Set("Allow", rt.Method)
+		}
 		write(w, ledgerRoute(r))
 	case path == api.PathWhoami || path == pathMetrics:
 		write(w, keyedGet(r, path))
+	case path == pathMCP:
+		if r.Method != "POST" {
+			w.Header().Set("Allow", "POST")
+		}
+		write(w, mcp(r))
 	default:
 		rt, ok := api.LeaseRoute(path)
 		if !ok {
@@ -94,45 +102,106 @@ func lease(r *http.Request, rt api.Route) reply {
 			return fromAPI(api.BadQuery(err))
 		}
 	}
-	if rep, ok := admit(k, rt.Op, body); !ok {
-		return rep
-	}
-	// The command is decoded once, here, and crosses to the object as a
-	// command record (kernel.PutRecord), which the object stamps with its
-	// clock, steps and logs as it came.
-	c := kernel.DecodeCommand(rt.Op, 0, body)
+	wait, held := 0, false
 	if rt.Op == kernel.OpAcquire {
-		ms, held, err := api.WaitUpTo(q, body)
-		if err != nil {
+		if wait, held, err = api.WaitUpTo(q, body); err != nil {
 			return fromAPI(api.BadQuery(err))
 		}
-		if held && c.Invalid == "" {
-			c.WaitUpToMs, c.HasWaitUpTo = int64(ms), true
-		}
 	}
-	return toObject(k.workspace, "/op/"+string(rt.Op), kernel.AppendRecord(nil, c), k.id)
+	return command(k, rt.Op, body, wait, held)
 }
 
-// ledgerRoute answers the ledger's routes for any key of the workspace: a
-// workspace sees only its own ledger.
-func ledgerRoute(r *http.Request) reply {
-	name := strings.TrimPrefix(r.URL.Path, "/api/v1/ledger/")
-	if !ledgerRoutes[name] {
-		return refusal(404, "not_found", "no route "+r.URL.Path+"; the ledger's routes are "+ledgerRouteList)
+// command sends one lease command of key k to its workspace's object,
+// once the contract admits it (api.Admit: the key's role for the op, an
+// agent key's actorDid). The command is decoded once, here, and crosses
+// to the object as a command record (kernel.PutRecord), which the object
+// stamps with its clock, steps and logs as it came. held: an acquire
+// held up to wait ms.
+func command(k keyRecord, op kernel.Op, body []byte, wait int, held bool) reply {
+	if rep, ok := admit(k, op, body); !ok {
+		return rep
 	}
-	if r.Method != "GET" && r.Method != "HEAD" {
-		return refusal(405, "method_not_allowed", r.URL.Path+" takes GET, not "+r.Method)
+	c := kernel.DecodeCommand(op, 0, body)
+	if held && c.Invalid == "" {
+		c.WaitUpToMs, c.HasWaitUpTo = int64(wait), true
+	}
+	return toObject(k.workspace, "/op/"+string(op), kernel.AppendRecord(nil, c), k.id)
+}
+
+const pathMCP = "/mcp"
+
+// mcp answers POST /mcp (mcp.go): the key as on REST, checked before the
+// body is read; a tool call is the REST command its arguments make.
+func mcp(r *http.Request) reply {
+	if r.Method != "POST" {
+		return refusal(405, "method_not_allowed", "/mcp takes POST: it is stateless streamable HTTP (no stream to GET, no session to DELETE)")
 	}
 	k, rep, ok := requestKey(r)
 	if !ok {
 		return rep
 	}
-	if rt, ok := api.LedgerRoute(r.URL.Path); ok {
-		if _, err := api.ParseQuery(rt, r.URL.RawQuery); err != nil {
-			return fromAPI(api.BadQuery(err))
-		}
+	body, rep, ok := readBody(r)
+	if !ok {
+		return rep
 	}
-	return toObject(k.workspace, "/ledger/"+name+"?"+r.URL.RawQuery, nil, k.id)
+	m, err := parseRPC(body)
+	if err != nil {
+		return refusal(400, kernel.ReasonInvalid, err.Error())
+	}
+	if m.id == nil {
+		return reply{status: 202} // a notification: nothing to answer
+	}
+	result := func(b []byte) reply { return reply{status: 200, body: rpcResult(m.id, b)} }
+	switch m.method {
+	case "initialize":
+		return result(mcpInitialize(m.params))
+	case "ping":
+		return result([]byte("{}"))
+	case "tools/list":
+		// The object says whether it still holds the key (a revocation).
+		if rep := toObject(k.workspace, "/keyed/whoami", nil, k.id); rep.status != 200 {
+			return rep
+		}
+		return result(mcpParts["tools"])
+	case "tools/call":
+		t, body, wait, argErr, rpcErr := toolCall(m.params)
+		if rpcErr != "" {
+			return reply{status: 200, body: rpcError(m.id, -32602, rpcErr)}
+		}
+		if argErr != "" {
+			return result(toolError(argErr))
+		}
+		rep := command(k, t.op, body, wait, wait > 0)
+		if rep.status == 401 { // a key the object no longer holds: refused as at the HTTP level
+			return rep
+		}
+		return result(toolResult(rep.status, rep.body))
+	}
+	return refusal(400, kernel.ReasonInvalid, "JSON RPC not handled: "+strconv.Quote(m.method)+" unsupported")
+}
+
+// ledgerRoute answers the ledger's routes (api.LedgerRoutes): GET for any
+// key of the workspace (a workspace sees only its own ledger), POST
+// exported for an operator key only, as on the server.
+func ledgerRoute(r *http.Request) reply {
+	rt, ok := api.LedgerRoute(r.URL.Path)
+	if !ok {
+		return fromAPI(api.NotFound(r.URL.Path, api.LedgerRouteList))
+	}
+	if !rt.Allows(r.Method) {
+		return fromAPI(api.MethodNotAllowed(rt, r.Method))
+	}
+	k, rep, ok := requestKey(r)
+	if !ok {
+		return rep
+	}
+	if no := api.Authorize(api.Key{Role: api.Role(k.role), AgentDID: k.agentDID}, rt); no != nil {
+		return fromAPI(*no)
+	}
+	if _, err := api.ParseQuery(rt, r.URL.RawQuery); err != nil {
+		return fromAPI(api.BadQuery(err))
+	}
+	return toObject(k.workspace, "/ledger/"+strings.TrimPrefix(r.URL.Path, api.PathLedger)+"?"+r.URL.RawQuery, nil, k.id)
 }
 
 // pathMetrics is a workspace's metrics (Prometheus text, from its object's

@@ -22,10 +22,11 @@ export function readConfig() {
 
 // start runs the worker. opts: dataDir (persisted storage; required),
 // port (0 or absent: dispatch only, no socket), adminSecret, ledgerSecret
-// (seals each workspace's signing key), testClock, main (another built
+// (seals each workspace's signing key), testClock, retentionMs (the
+// ledger's retention of exported bodies), main (another built
 // entry module than wrangler.jsonc's, such as an older build's, for a
 // benchmark).
-export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "local ledger secret", testClock = false, main: entry }) {
+export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "local ledger secret", testClock = false, retentionMs, main: entry }) {
   const cfg = readConfig();
   const main = entry ? path.resolve(entry) : path.resolve(here, cfg.main);
   if (!fs.existsSync(main)) throw new Error(`${main} is missing: run make worker`);
@@ -38,6 +39,7 @@ export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "l
   if (adminSecret) bindings.LEASEPLANE_ADMIN_SECRET = adminSecret;
   if (ledgerSecret) bindings.LEASEPLANE_LEDGER_SECRET = ledgerSecret;
   if (testClock) bindings.LEASEPLANE_TEST_CLOCK = "1";
+  if (retentionMs !== undefined) bindings.LEASEPLANE_LEDGER_RETENTION_MS = String(retentionMs);
   const opts = {
     modules: true,
     scriptPath: main,

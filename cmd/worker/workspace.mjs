@@ -161,7 +161,7 @@ export class Workspace extends DurableObject {
     if (path === "/keyed/metrics") return metrics(this);
     if (path.startsWith("/ledger/")) {
       this.catchUp();
-      return this.book.route(path.slice(8), q);
+      return this.book.route(path.slice(8), q, this.now());
     }
     if (this.testClock && path.startsWith("/test/")) return testRoute(this, path.slice(6), q);
     return refusal(404, "not_found", `no route ${path}`);
@@ -254,5 +254,6 @@ export class Workspace extends DurableObject {
     this.alarmAt = undefined; // it fired: arm again whatever the kernel says
     this.counters.alarms++;
     this.step("tick", null, EMPTY);
+    this.book.retain(this.now());
   }
 }

@@ -268,3 +268,27 @@ func unpack(n uint32) uint64 {
 
 //go:wasmexport lg_semantics
 func semantics() uint32 { return kernel.Semantics }
+
+// lg_check_root tells whether input[0:n], a base64 hash, is the root of
+// the tree of size entries: one byte, 1 or 0; an error when it is not a
+// base64 hash of 32 bytes (the exported route's check, as the server's).
+//
+//go:wasmexport lg_check_root
+func checkRoot(size int64, n uint32) uint64 {
+	b, err := in(0, n)
+	if err != nil {
+		return result(nil, err)
+	}
+	want, err := ledger.ParseHash(string(b))
+	if err != nil {
+		return result(nil, err)
+	}
+	root, err := ledger.TreeHash(size, hostHashes{})
+	if err != nil {
+		return result(nil, err)
+	}
+	if root != want {
+		return result([]byte{0}, nil)
+	}
+	return result([]byte{1}, nil)
+}
