@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -207,7 +208,7 @@ func (t mcpTool) body(raw []byte) ([]byte, int, error) {
 	}
 	var unknown []string
 	for k := range got {
-		if !strings.Contains(","+strings.Join(names, ",")+",", ","+k+",") {
+		if !slices.Contains(names, k) {
 			unknown = append(unknown, k)
 		}
 	}
