@@ -345,6 +345,9 @@ func TestDrillQueueBounds(t *testing.T) {
 	if st != 429 || !strings.Contains(b, `"limit":"drillRuns","max":2`) || !strings.Contains(b, "the plane has 2 drill runs queued or running") {
 		t.Errorf("a third run with the plane's bound at 2: %d %s", st, b)
 	}
+	if q, refused := ds.s.drills.queueCounts(); refused != 1 || q > 2 {
+		t.Errorf("the queue's counts: %d waiting, %d refused; want at most 2 and 1", q, refused)
+	}
 	if st, b := ds.do("POST", RouteDrillsCancel, ds.operator, `{"id":"`+first+`"}`); st != 200 || !strings.Contains(string(b), `"cancelledAtMs":`) {
 		t.Fatalf("cancel %s: %d %s", first, st, b)
 	}

@@ -77,6 +77,7 @@ type drillRunner struct {
 	lastPassed float64
 	// maxPerWorkspace and max are the bounds (the constants, but for tests).
 	maxPerWorkspace, max int
+	refused              int64 // asks refused past a bound
 }
 
 type drillJob struct {
@@ -193,15 +194,28 @@ func (r *drillRunner) ask(ws int64, trigger string) (int64, *reply, error) {
 	}
 	switch {
 	case r.count(ws) >= r.maxPerWorkspace:
+		r.refused++
 		return 0, drillLimit(r.maxPerWorkspace, "this workspace has "+strconv.Itoa(r.count(ws))+
 			" drill runs queued or running (at most "+strconv.Itoa(r.maxPerWorkspace)+"); ask again once one has finished, or cancel one (POST "+
 			RouteDrillsCancel+")"), nil
 	case total >= r.max:
+		r.refused++
 		return 0, drillLimit(r.max, "the plane has "+strconv.Itoa(total)+" drill runs queued or running, every workspace's (at most "+
 			strconv.Itoa(r.max)+"); ask again once one has finished"), nil
 	}
 	id, err := r.askLocked(ws, trigger)
 	return id, nil, err
+}
+
+// queueCounts are the runs waiting and the asks refused so far (0s
+// without a runner).
+func (r *drillRunner) queueCounts() (queued int, refused int64) {
+	if r == nil {
+		return 0, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.queued, r.refused
 }
 
 func drillLimit(max int, msg string) *reply {

@@ -141,10 +141,12 @@ func (g *bodyGuard) expireBodies() {
 // (authenticate marks it); until then every read on it has a deadline at
 // most unauthTimeout away, whatever net/http asks (an idle keep-alive
 // connection without a key is closed after it). When the unauthenticated
-// budget is full, a new connection takes the place of the oldest
-// unauthenticated one of the address that holds the most, unless its own
-// address holds as many (then the new one is closed): an attacker holding
-// the budget from a few addresses cannot keep a tenant from connecting.
+// budget is full, a new connection whose address holds less than its fair
+// share of the budget takes the place of the oldest unauthenticated one of
+// the address that holds the most; one whose address holds its share is
+// closed at once: an attacker holding the budget from a few addresses
+// cannot keep a tenant from connecting, and its reconnecting costs the
+// plane an accept and a close.
 // A connection past its address's share is closed at once. Every write has
 // a deadline writeTimeout away, so a client that stops reading its answers
 // cannot hold a connection either.
@@ -195,18 +197,30 @@ func (g *connGuard) admit(c net.Conn) *guardConn {
 		gc.refuse()
 		return nil
 	case g.unauth >= g.maxUnauth:
+		// The budget is full: a newcomer whose address already holds its
+		// fair share (the budget over the addresses holding some, its own
+		// counted) is closed at once, before any goroutine or buffer is
+		// spent on it. Only one below its share takes a place, that of the
+		// oldest connection of the address holding the most. Addresses
+		// that hold their shares so never evict each other: a reconnect
+		// flood costs an accept and a close per attempt, not a connection
+		// served and another evicted.
+		addrs := len(g.byAddr)
+		if own == 0 {
+			addrs++
+		}
+		if own >= max(1, g.maxUnauth/addrs) {
+			g.mu.Unlock()
+			g.refusedFull.Add(1)
+			gc.refuse()
+			return nil
+		}
 		var most netip.Addr
 		n := 0
 		for a, l := range g.byAddr {
 			if len(l) > n || len(l) == n && a.Less(most) {
 				most, n = a, len(l)
 			}
-		}
-		if n <= own {
-			g.mu.Unlock()
-			g.refusedFull.Add(1)
-			gc.refuse()
-			return nil
 		}
 		evict = g.byAddr[most][0]
 		g.dropLocked(evict)

@@ -130,7 +130,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "leaseplane_connections_authenticated", Help: "Connections open now on which a request presented a valid key.",
 		}, func() float64 { return float64(s.conns.authed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "leaseplane_connections_refused_total", Help: "Connections without a key closed at once: their address held its share, or the budget was full and their address held the most.",
+			Name: "leaseplane_connections_refused_total", Help: "Connections without a key closed at once: their address held its share (per address), or the budget was full and their address held its fair share of it.",
 		}, func() float64 { return float64(s.conns.refusedAddr.Load() + s.conns.refusedFull.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "leaseplane_connections_evicted_total", Help: "Connections without a key closed to make room for a newcomer from an address holding fewer.",
@@ -141,6 +141,12 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "leaseplane_held_requests_refused_total", Help: "Held lease requests refused 429 heldRequests (a cap was reached).",
 		}, func() float64 { return float64(s.held.refusedCount()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leaseplane_drill_runs_queued", Help: "Drill runs waiting to start, every workspace's.",
+		}, func() float64 { q, _ := s.drills.queueCounts(); return float64(q) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leaseplane_drill_runs_refused_total", Help: "Drill runs refused 429 drillRuns (a bound of the queue was reached).",
+		}, func() float64 { _, r := s.drills.queueCounts(); return float64(r) }),
 	)
 	m.perWorkspace.MustRegister(newWorkspaceGauges(s))
 	return m

@@ -11,7 +11,8 @@
 // alive connection and on a fresh connection each time) idle, then while
 // an attacker without a key holds sockets from -addrs addresses
 // 127.0.0.2 and on (idle, silent, stalled bodies, idle after /healthz,
-// each reopened when the server closes it), then, with -held-key (an
+// each reopened when the server closes it; the sockets run in a process
+// of their own, this command started again), then, with -held-key (an
 // agent key, of another workspace with -held-holder-key a workspace key
 // there), while that key floods -held held requests from 127.0.0.2 over
 // 48 connections (a resource another agent holds); it prints the
@@ -129,6 +130,8 @@ func main() {
 		fmt.Printf("other agent's acquire: n %d, p50 %v, p90 %v, p99 %v; %d wait pages read\n", len(lat), p(0.5), p(0.9), p(0.99), pages.Load())
 	case "attack":
 		attack(c, *sockets, *addrs, *dur, *pace, *heldKey, *holderKey, *held)
+	case sockets_:
+		keylessSockets(c.base, *sockets, *addrs, *pace)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
