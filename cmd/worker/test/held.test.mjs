@@ -89,6 +89,7 @@ test("ten held requests on one resource are granted one after another in queue o
   const key = await createWorkspace(base, ADMIN, "ten");
   const r = "lock:ten";
   assert.equal((await call(LEASE, key, { resource: r, actorDid: did("holder") })).status, 200);
+  const before = await metrics(key);
   const asks = [];
   for (let i = 0; i < 10; i++) {
     asks.push(held(key, r, did(i)));
@@ -97,6 +98,7 @@ test("ten held requests on one resource are granted one after another in queue o
   const m0 = await metrics(key);
   assert.equal(m0.leaseplane_held_requests, 10);
   assert.equal(m0['leaseplane_commands_total{op="acquire"}'], 11, "one acquire step per request, none on their behalf");
+  assert.equal(m0.leaseplane_commands_logged_total - before.leaseplane_commands_logged_total, 10, "exactly one acquire logged per held request");
   let prev = did("holder"), fence = 0;
   for (let i = 0; i < 10; i++) {
     assert.equal((await call(RELEASE, key, { resource: r, actorDid: prev })).status, 200);
@@ -111,6 +113,7 @@ test("ten held requests on one resource are granted one after another in queue o
   }
   const m1 = await metrics(key);
   assert.equal(m1['leaseplane_commands_total{op="acquire"}'], 11, "no acquire was stepped again for a held request");
+  assert.equal(m1.leaseplane_commands_logged_total - m0.leaseplane_commands_logged_total, 10, "the ten releases, each with the grant it made");
   assert.equal(m1.leaseplane_held_requests_total - m0.leaseplane_held_requests_total, 10);
   assert.equal(m1.leaseplane_held_requests, 0);
 });

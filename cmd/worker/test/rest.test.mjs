@@ -191,6 +191,8 @@ test("a revocation holds at once, whatever KV still serves: the next request and
   const h = await held;
   assert.equal(h.status, 401, `the held request: ${h.text}`);
   assert.equal(h.json.reason, "unauthorized");
+  const q = (await call(`${WAIT}?prefix=lock:revoked`, keyA, null, { method: "GET" })).json.queues[0];
+  assert.equal(q.waiters.find((x) => x.actorDid === other)?.heldUntilMs, undefined, "the revoked key's held ask was cancelled");
   const next = await acquire(made.key, "lock:revoked", who);
   assert.equal(next.status, 401, next.text);
   assert.equal(next.json.error, "unknown or revoked key");
