@@ -31,14 +31,18 @@ func runDrill(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	wait := fs.Bool("wait", false, "wait for the run to finish and print each drill's result")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, give up after this long")
+	cancel := fs.String("cancel", "", "cancel this queued or running run (run_N) instead of asking for one")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `usage: leaseplane drill [--wait] [--timeout 5m]
+       leaseplane drill --cancel run_N
 
 Asks the plane to run its six drills (two agents and one slot, a crashed
 holder, a deadlock, a herd of fifty, a stale leaseId, an operator
 suspending an agent) in a fresh drill workspace, and prints the run's id.
 With --wait it follows the run (the crashed holder takes 30 s) and prints
 each drill; a failed drill shows the first answer that differed.
+Runs are queued per workspace (at most 4 queued or running); --cancel
+ends one of this workspace's queued or running runs.
 Needs an operator key.`+clientEnvHelp+`
 With --wait, exit 1 also when a drill failed.`)
 		printFlags(fs)
@@ -54,6 +58,20 @@ With --wait, exit 1 also when a drill failed.`)
 	}
 	c := planeClient()
 	ctx := context.Background()
+	if *cancel != "" {
+		body, _ := json.Marshal(map[string]string{"id": *cancel})
+		st, b, err := c.Request(ctx, http.MethodPost, "/api/v1/drills/cancel", body)
+		if err != nil {
+			fmt.Fprintf(stderr, "leaseplane drill: %v\n", err)
+			return exitRefused
+		}
+		if st != 200 {
+			fmt.Fprintf(stderr, "leaseplane drill: %d %s\n", st, b)
+			return exitRefused
+		}
+		fmt.Fprintf(stdout, "drill run %s cancelled\n", *cancel)
+		return exitOK
+	}
 	st, b, err := c.Request(ctx, http.MethodPost, "/api/v1/drills/run", []byte("{}"))
 	if err != nil {
 		fmt.Fprintf(stderr, "leaseplane drill: %v\n", err)

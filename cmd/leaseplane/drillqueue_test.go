@@ -226,10 +226,16 @@ func TestDrillCancel(t *testing.T) {
 	if st, m := cancel(a, running); st != 409 || !strings.Contains(fmt.Sprint(m["error"]), "already") {
 		t.Errorf("cancelling %s again: %d %v, want 409 saying it has already ended", running, st, m)
 	}
-	// B's run, queued behind them, now runs; cancel it too, once started.
+	// B's run, queued behind them, now runs; cancel it too, once started,
+	// from the terminal (leaseplane drill --cancel).
 	b.until(bRun+" to start", func(rs map[string]drillRec) bool { return rs[bRun].StartedAtMs != nil })
-	if st, m := cancel(b, bRun); st != 200 {
-		t.Errorf("cancelling B's running run: %d %v", st, m)
+	t.Setenv("LEASEPLANE_URL", c.url)
+	t.Setenv("LEASEPLANE_KEY", b.key)
+	if code, out, errOut := cli(t, "drill", "--cancel", bRun); code != 0 || out != "drill run "+bRun+" cancelled\n" {
+		t.Errorf("leaseplane drill --cancel %s: exit %d %q %q", bRun, code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "drill", "--cancel", bRun); code != 1 || !strings.Contains(errOut, "409") {
+		t.Errorf("leaseplane drill --cancel %s again: exit %d %q, want 1 and the 409", bRun, code, errOut)
 	}
 	b.until("B's run to end", allFinished([]string{bRun}))
 	t.Logf("cancelled %s while running and %s while queued (workspace A), then %s while running (workspace B)", running, queued, bRun)
