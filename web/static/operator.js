@@ -53,7 +53,7 @@
       box.append(el('p', 'No drill run yet.'));
       return;
     }
-    const verdict = run.finishedAtMs == null ? 'running' : run.passed ? 'passed' : 'FAILED';
+    const verdict = run.cancelledAtMs != null ? 'cancelled' : run.finishedAtMs == null ? 'running' : run.passed ? 'passed' : 'FAILED';
     const head = el('p', `${run.id} (${run.trigger}): ${verdict}, started ${when(run.startedAtMs)}, finished ${when(run.finishedAtMs)}`);
     head.id = 'op-run-verdict';
     head.dataset.verdict = verdict;
