@@ -540,3 +540,47 @@ func DecodeStepCommand(step []byte) Command {
 	}
 	return c
 }
+
+// AppendRequest appends the REST body of c, a command that decoded (its
+// Invalid empty): the members its op takes, those absent left out, so that
+// DecodeRequest(c.Op, c.NowMs, body) gives c back. A host whose command
+// came partly from elsewhere than the body (a query parameter) logs this.
+func (c Command) AppendRequest(b []byte) []byte {
+	b = append(b, '{')
+	n := 0
+	str := func(key, v string, present bool) {
+		if !present {
+			return
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = AppendQuote(b, key)
+		b = append(b, ':')
+		b = AppendQuote(b, v)
+	}
+	num := func(key string, v int64, present bool) {
+		if !present {
+			return
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = AppendQuote(b, key)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	f, _ := opFields(c.Op)
+	str("resource", c.Resource, f&fResource != 0)
+	str("actorDid", c.ActorDid, f&fActorDid != 0)
+	str("mode", c.Mode, f&fMode != 0 && c.Mode != "")
+	num("waitUpToMs", c.WaitUpToMs, f&fWaitUpTo != 0 && c.HasWaitUpTo)
+	str("leaseId", c.LeaseID, f&fLeaseID != 0 && c.HasLeaseID)
+	str("prefix", c.Prefix, f&fPrefix != 0 && c.Prefix != "")
+	str("after", c.After, f&fAfter != 0 && c.After != "")
+	num("limit", int64(c.Limit), f&fLimit != 0 && c.Limit != 0)
+	str("askId", c.AskID, f&fAskID != 0 && c.HasAskID)
+	return append(b, '}')
+}

@@ -80,13 +80,14 @@ func FuzzDecode(f *testing.F) {
 		`{"resource":"lock:\u00e9","actorDid":"did:x:a","mode":"read","ttlMs":5}`,
 		`{"atMs":1,"op":"release","resource":"r","actorDid":"did:x:a","leaseId":"lease_1"}`,
 		`{"resource":"a","resource":"b"}`, `[1,2]`, `{"resource":null}`, `{"a":{"b":[1,{"c":2}]}}`,
+		`{"resource":"r","actorDid":"did:x:a","mode":"delete","waitUpToMs":0}`, `{"askId":"ask_12"}`, `{"prefix":"a","after":"b","limit":3}`,
 		`{"resource":"\ud800"}`, `{"resource":"x\u0000"}`, ` `, `{"atMs":1.5,"op":"tick"}`,
 	} {
 		f.Add([]byte(s))
 	}
 	m := kernel.New(kernel.Rules{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, op := range []kernel.Op{kernel.OpAcquire, kernel.OpRelease, kernel.OpWait, kernel.OpSuspend} {
+		for _, op := range []kernel.Op{kernel.OpAcquire, kernel.OpRelease, kernel.OpWait, kernel.OpSuspend, kernel.OpCancel} {
 			c, err := kernel.DecodeRequest(op, 1, data)
 			if err == nil && len(bytes.TrimSpace(data)) > 0 {
 				if !json.Valid(data) {
@@ -101,6 +102,13 @@ func FuzzDecode(f *testing.F) {
 				}
 				if v, ok := std["actorDid"].(string); ok && v != c.ActorDid {
 					t.Fatalf("actorDid read as %q, encoding/json reads %q", c.ActorDid, v)
+				}
+			}
+			if err == nil {
+				// What a host logs for the command decodes to the same command.
+				body := c.AppendRequest(nil)
+				if back, err := kernel.DecodeRequest(op, 1, body); err != nil || back != c {
+					t.Fatalf("AppendRequest of %q gave %s, which decodes to %+v (%v); want %+v", data, body, back, err, c)
 				}
 			}
 			r := m.ApplyJSON(op, 1, data)

@@ -47,14 +47,30 @@ func apiKey(k store.Key) api.Key {
 
 // Call runs one command for the holder of key (the bearer key without
 // "Bearer "), exactly as the REST route does after parsing HTTP: 401
-// unauthorized for a missing, unknown or revoked key; 403 actor_mismatch
-// when an agent key names another actorDid; 403 forbidden for suspend and
-// resume without an operator key; then the command is applied in the key's
-// workspace and made durable before the answer is returned; 503
-// unavailable when that fails (nothing is granted). answer is the JSON
-// body. err is nil whenever there is an answer, even a 503; it is ctx's
-// error when ctx ended before the command was applied.
+// unauthorized for a missing, unknown or revoked key; 403 forbidden for
+// suspend, resume and forget without an operator key; the body decoded
+// once into the kernel's command; 403 actor_mismatch when an agent key
+// names another actorDid; then the command is applied in the key's
+// workspace and made durable before the answer is returned (an acquire
+// with waitUpToMs in its body is held, as CallWaiting); 503 unavailable
+// when that fails (nothing is granted). answer is the JSON body. err is
+// nil whenever there is an answer, even a 503; it is ctx's error when ctx
+// ended before the command was applied.
 func (s *Server) Call(ctx context.Context, key string, op kernel.Op, body []byte) (status int, answer []byte, err error) {
+	return s.call(ctx, key, op, body, -1)
+}
+
+// CallWaiting is Call for an acquire held up to waitUpTo (at most
+// api.MaxWaitUpToMs; the body carries no waitUpToMs of its own): MCP's
+// acquire with waitUpToMs. A held request ends when ctx does, its ask
+// cancelled.
+func (s *Server) CallWaiting(ctx context.Context, key string, body []byte, waitUpTo time.Duration) (status int, answer []byte, err error) {
+	return s.call(ctx, key, kernel.OpAcquire, body, min(waitUpTo.Milliseconds(), api.MaxWaitUpToMs))
+}
+
+// call is Call and CallWaiting: waitMs, when 0 or more, is the acquire's
+// waitUpToMs given beside the body.
+func (s *Server) call(ctx context.Context, key string, op kernel.Op, body []byte, waitMs int64) (int, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
@@ -64,22 +80,42 @@ func (s *Server) Call(ctx context.Context, key string, op kernel.Op, body []byte
 		s.metrics.observe(op, r.status, time.Since(start))
 		return r.status, r.answer, nil
 	}
-	r = s.run(ctx, k, op, body)
+	rt, ok := api.RouteOf(op)
+	if !ok {
+		r = fromAPI(api.Invalid("op must be acquire, release, wait, suspend, resume or forget"))
+		return r.status, r.answer, nil
+	}
+	if no := api.Authorize(apiKey(k), rt); no != nil {
+		return no.Status, no.Body, nil
+	}
+	c := kernel.DecodeCommand(op, 0, body)
+	if waitMs >= 0 && c.Invalid == "" {
+		c.WaitUpToMs, c.HasWaitUpTo, body = waitMs, true, nil
+	}
+	r, _ = s.run(ctx, k, c, body)
 	return r.status, r.answer, nil
 }
 
-// run is the one path of a command for an authenticated key, for the REST
-// routes (after authed), MCP and Server.Call alike: decided while the
-// server is open (503 once it closed), and counted in the metrics. A held
-// acquire takes callHeld, which decides on this path's decide.
-func (s *Server) run(ctx context.Context, k store.Key, op kernel.Op, body []byte) reply {
+// run is the one path of a decoded command for an authenticated key whose
+// role the route admits, for the REST routes, MCP and Server.Call alike:
+// an agent key's actorDid checked, then one step in the key's workspace
+// while the server is open (503 once it closed), counted in the metrics.
+// A held acquire (waitUpToMs above 0) takes runHeld, which returns, for a
+// grant, the lease to release if the answer cannot be delivered. body is
+// what the log keeps (applyLocked).
+func (s *Server) run(ctx context.Context, k store.Key, c kernel.Command, body []byte) (reply, *heldGrant) {
+	if c.Invalid == "" && c.Op != kernel.OpWait {
+		if no := api.AuthorizeActor(apiKey(k), c.ActorDid); no != nil {
+			return fromAPI(*no), nil
+		}
+	}
+	if c.Op == kernel.OpAcquire && c.WaitUpToMs > 0 && c.Invalid == "" {
+		return s.runHeld(ctx, k, c, body)
+	}
 	start := time.Now()
-	r := s.open(func() reply {
-		r, _ := s.decide(ctx, k, op, body, nil)
-		return r
-	})
-	s.metrics.observe(op, r.status, time.Since(start))
-	return r
+	r := s.open(func() reply { return s.decide(k, c, body) })
+	s.metrics.observe(c.Op, r.status, time.Since(start))
+	return r, nil
 }
 
 // stopping reports whether Shutdown has begun.
@@ -99,45 +135,21 @@ func (s *Server) authenticateLive(ctx context.Context, key string) (store.Key, r
 	return s.authenticate(ctx, key)
 }
 
-// decide applies one command for the holder of k; s.life is held for
-// reading and the server is open. It also returns a channel closed at the
-// workspace's next change that may free a resource after this command (nil
-// when the command never reached the workspace). A held request passes its
-// heldAsk h, which records the ask (nil otherwise); when it is not h's turn
-// to ask, nothing is applied and h.again is set.
-func (s *Server) decide(ctx context.Context, k store.Key, op kernel.Op, body []byte, h *heldAsk) (reply, <-chan struct{}) {
-	rt, ok := api.RouteOf(op)
-	if !ok {
-		return fromAPI(api.Invalid("op must be acquire, release, wait, suspend, resume or forget")), nil
-	}
-	// The key's role for the op; an agent key's actorDid, read with the
-	// kernel's own decoding (for other keys the engine's decoding refuses
-	// bad input with the same answer).
-	if no := api.Admit(apiKey(k), rt, body); no != nil {
-		return fromAPI(*no), nil
-	}
+// decide applies one command for the holder of k and waits until its
+// answer is durable; s.life is held for reading and the server is open.
+func (s *Server) decide(k store.Key, c kernel.Command, body []byte) reply {
 	ws, err := s.workspace(k.WorkspaceID)
 	if err != nil {
 		s.log.Error("workspace unavailable", "workspace", k.Workspace, "err", err)
-		return unavailable(err), nil
+		return unavailable(err)
 	}
 	ws.mu.Lock()
-	if h != nil && !ws.mayAskLocked(h) {
-		// A wake came after h's turn: it waits for its turn again.
-		ws.mu.Unlock()
-		h.again = true
-		return reply{}, nil
-	}
-	a := s.applyLocked(ws, op, body) // never panics
-	changed := ws.changedLocked()
-	if h != nil {
-		ws.askedLocked(h, a.res)
-	}
+	a := s.applyLocked(ws, c, body) // never panics
 	ws.mu.Unlock()
 	if err := a.wait(); err != nil {
-		return unavailable(err), nil
+		return unavailable(err)
 	}
-	return reply{status: a.res.Status, retryAfter: a.res.RetryAfterSec, answer: a.res.Answer}, changed
+	return reply{status: a.rd.Status, retryAfter: a.rd.RetryAfterSec, answer: a.rd.Answer}
 }
 
 func refusal(status int, reason, msg string) reply {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -56,17 +57,10 @@ func replayOverREST(t *testing.T, file string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server decides by the current semantics only, and keeps held
-	// requests itself until it answers them from the kernel's Ready (issue
-	// 20): scenarios of another semantics, with held asks or cancel, are
-	// compared by the hosts' parity runs, not here.
-	if s.Semantics != 0 {
+	// The server decides by the current semantics only: scenarios of an
+	// older one are compared by the hosts' parity runs, not here.
+	if s.Semantics != 0 && s.Semantics != kernel.Semantics {
 		return 0
-	}
-	for _, step := range s.Steps {
-		if c, err := kernel.DecodeStep(step); err == nil && (c.HasWaitUpTo || c.Op == kernel.OpCancel) {
-			return 0
-		}
 	}
 	golden, err := os.ReadFile(strings.TrimSuffix(file, ".json") + ".golden")
 	if err != nil {
@@ -89,6 +83,8 @@ func replayOverREST(t *testing.T, file string) int {
 		Clock:      clock.Now,
 		AfterFunc:  clock.AfterFunc,
 		FirstRules: s.Rules,
+		// The herd's fifty held asks come with one key.
+		MaxConns: 4096, MaxHeld: 1024, MaxHeldPerKey: 1024,
 	})
 	defer srv.Shutdown(context.Background())
 	key := mustBootstrap(t, srv, "default")
@@ -101,13 +97,34 @@ func replayOverREST(t *testing.T, file string) int {
 		t.Fatal(err)
 	}
 	ts := &testServer{t: t, s: srv, clock: clock, key: key}
+	held := newHeldRequests(t, srv, key)
+	defer held.end()
 	compared := 0
 	for i, step := range s.Steps {
 		var want struct {
-			Answer json.RawMessage `json:"answer"`
+			Answer  json.RawMessage `json:"answer"`
+			Held    string          `json:"held"`
+			Answers []struct {
+				AskID  string          `json:"askId"`
+				Answer json.RawMessage `json:"answer"`
+			} `json:"answers"`
 		}
 		if err := json.Unmarshal([]byte(strings.TrimSuffix(lines[i], ",")), &want); err != nil {
 			t.Fatalf("golden line %d: %v", i, err)
+		}
+		// The held asks this step ended are answered to their requests,
+		// each byte for byte as the transcript has it.
+		checkAnswers := func() {
+			for _, a := range want.Answers {
+				status, got := held.answer(a.AskID)
+				if !bytes.Equal(got, a.Answer) {
+					t.Fatalf("step %d: held request %s answered %s\ntranscript says %s", i, a.AskID, got, a.Answer)
+				}
+				if ws := statusOf(a.Answer); status != ws {
+					t.Fatalf("step %d: held request %s: status %d, want %d for %s", i, a.AskID, status, ws, a.Answer)
+				}
+				compared++
+			}
 		}
 		c, decErr := kernel.DecodeStep(step)
 		op, atMs, body, ok := restOf(step)
@@ -126,7 +143,30 @@ func replayOverREST(t *testing.T, file string) int {
 		// An invalid step leaves the clock alone: the kernel ignores its time.
 		var method, route, k string
 		switch op {
+		case kernel.OpCancel:
+			// No route: the host cancels when a held request's client goes
+			// away, which is what the test does here.
+			if decErr == nil {
+				held.cancel(c)
+				checkAnswers()
+			}
+			continue
 		case kernel.OpAcquire:
+			if decErr == nil && c.WaitUpToMs > 0 {
+				// Sent in the background; the next step goes once it is
+				// parked on its ask (or answered at once).
+				if status, got, ok := held.send(body, want.Held); ok {
+					if !bytes.Equal(got, want.Answer) {
+						t.Fatalf("step %d held acquire %s:\nREST answered   %s\ntranscript says %s", i, body, got, want.Answer)
+					}
+					if ws := statusOf(want.Answer); status != ws {
+						t.Fatalf("step %d: status %d, want %d for %s", i, status, ws, want.Answer)
+					}
+				}
+				compared++
+				checkAnswers()
+				continue
+			}
 			method, route, k = "POST", RouteLease, key
 		case kernel.OpRelease:
 			method, route, k = "POST", RouteRelease, key
@@ -149,6 +189,7 @@ func replayOverREST(t *testing.T, file string) int {
 			method, route, k, body = "GET", RouteWait+q, key, ""
 		}
 		status, _, got := ts.do(method, route, k, body)
+		checkAnswers()
 		if op == kernel.OpTick {
 			continue
 		}
@@ -247,4 +288,133 @@ func statusOf(answer []byte) int {
 		return 429
 	}
 	return 409
+}
+
+// corpusHeld are the held requests of one scenario replayed over REST,
+// by the askId the transcript gives them.
+type corpusHeld struct {
+	t       *testing.T
+	s       *Server
+	key     string
+	byAsk   map[string]*corpusRequest
+	cancels []context.CancelFunc
+}
+
+type corpusRequest struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	status int
+	body   []byte
+}
+
+func newHeldRequests(t *testing.T, s *Server, key string) *corpusHeld {
+	return &corpusHeld{t: t, s: s, key: key, byAsk: map[string]*corpusRequest{}}
+}
+
+// send posts a held acquire in the background. When the transcript holds
+// it (askID not empty), send returns once the server has parked it on
+// that ask; else it returns its answer (ok).
+func (h *corpusHeld) send(body, askID string) (status int, answer []byte, ok bool) {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancels = append(h.cancels, cancel)
+	r := &corpusRequest{cancel: cancel, done: make(chan struct{})}
+	req := httptest.NewRequestWithContext(ctx, "POST", RouteLease, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	go func() {
+		defer close(r.done)
+		w := httptest.NewRecorder()
+		h.s.Handler().ServeHTTP(w, req)
+		r.status, r.body = w.Code, w.Body.Bytes()
+	}()
+	if askID == "" {
+		r.wait(h.t, body)
+		return r.status, r.body, true
+	}
+	h.byAsk[askID] = r
+	until(h.t, "the held request "+askID+" parked", func() bool {
+		select {
+		case <-r.done:
+			h.t.Fatalf("held acquire %s answered %d %s; the transcript holds it as %s", body, r.status, r.body, askID)
+		default:
+		}
+		return h.parked(askID)
+	})
+	return 0, nil, false
+}
+
+// parked reports whether a request is parked on askID.
+func (h *corpusHeld) parked(askID string) bool {
+	h.s.wsMu.RLock()
+	defer h.s.wsMu.RUnlock()
+	for _, ws := range h.s.workspaces {
+		ws.mu.Lock()
+		_, ok := ws.parked[askID]
+		ws.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// answer is what the request held on askID was answered.
+func (h *corpusHeld) answer(askID string) (int, []byte) {
+	h.t.Helper()
+	r := h.byAsk[askID]
+	if r == nil {
+		h.t.Fatalf("the transcript answers %s, which no request held", askID)
+	}
+	r.wait(h.t, askID)
+	delete(h.byAsk, askID)
+	return r.status, r.body
+}
+
+// cancel is a cancel step over REST: the clients of the asks it names (or
+// of all, without askId) go away, and the server cancels their asks.
+func (h *corpusHeld) cancel(c kernel.Command) {
+	h.t.Helper()
+	for id, r := range h.byAsk {
+		if c.HasAskID && id != c.AskID {
+			continue
+		}
+		if !h.parked(id) {
+			continue // answered already
+		}
+		r.cancel()
+		r.wait(h.t, id)
+		delete(h.byAsk, id)
+	}
+}
+
+// end lets the requests still held go.
+func (h *corpusHeld) end() {
+	for _, c := range h.cancels {
+		c()
+	}
+	for _, r := range h.byAsk {
+		r.wait(h.t, "a held request at the end")
+	}
+}
+
+func (r *corpusRequest) wait(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no answer in 30 s", what)
+	}
+}
+
+// until polls cond, failing the test with what when it has not held
+// within 30 s (a watchdog, not a timing).
+func until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

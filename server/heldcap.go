@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"sync"
@@ -107,51 +106,6 @@ func (s *Server) endRevokedHeld(ctx context.Context) {
 				sl.cancel(errKeyRevoked)
 			}
 		}
-	}
-}
-
-// afterHeld turns the answer of a held request into what its client gets:
-// 401 when its key was revoked while it was held (a grant made meanwhile
-// is released at once: it was never delivered), 503 when it was still
-// waiting as the plane shuts down.
-func (s *Server) afterHeld(ctx context.Context, k store.Key, r reply) reply {
-	if context.Cause(ctx) == errKeyRevoked {
-		if r.status == 200 {
-			s.releaseUndelivered(k, r.answer)
-		}
-		return refusal(401, ReasonUnauthorized, errKeyRevoked.Error())
-	}
-	if r.status == 409 && isClosed(s.draining) {
-		var a struct{ Reason string }
-		if json.Unmarshal(r.answer, &a) == nil && a.Reason == kernel.ReasonLeaseHeld {
-			return unavailable(errShutdown)
-		}
-	}
-	return r
-}
-
-// releaseUndelivered releases the lease of a grant that its client will
-// not get.
-func (s *Server) releaseUndelivered(k store.Key, answer []byte) {
-	var a struct {
-		Lease struct {
-			ID       string `json:"id"`
-			Resource string `json:"resource"`
-			Holder   string `json:"holder"`
-		} `json:"lease"`
-	}
-	if json.Unmarshal(answer, &a) != nil || a.Lease.ID == "" {
-		return
-	}
-	b := append([]byte(nil), `{"resource":`...)
-	b = kernel.AppendQuote(b, a.Lease.Resource)
-	b = append(b, `,"actorDid":`...)
-	b = kernel.AppendQuote(b, a.Lease.Holder)
-	b = append(b, `,"leaseId":`...)
-	b = kernel.AppendQuote(b, a.Lease.ID)
-	b = append(b, '}')
-	if r := s.run(context.Background(), k, kernel.OpRelease, b); r.status != 200 {
-		s.log.Warn("releasing a grant made for a revoked key failed", "status", r.status, "answer", string(r.answer))
 	}
 }
 

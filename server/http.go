@@ -28,7 +28,7 @@ const (
 
 func (s *Server) routes() {
 	for _, rt := range api.LeaseRoutes {
-		s.mux.Handle(rt.Path, s.authed(rt, s.leaseRoute(rt)))
+		s.mux.Handle(rt.Path, s.keyed(rt, s.leaseRoute(rt)))
 	}
 	s.mux.Handle(RouteEvents, s.keyed(api.Events, s.eventsRoute))
 	s.mux.Handle(RouteWhoami, s.authed(api.Whoami, s.whoami))
@@ -141,44 +141,51 @@ func (s *Server) keyed(rt api.Route, h func(w http.ResponseWriter, r *http.Reque
 	})
 }
 
-// leaseRoute is the work of a lease route: the query's part of the command
-// (wait's page, which replaces the body when a query is given; acquire's
-// waitUpToMs), then run, the one path of a command.
-func (s *Server) leaseRoute(rt api.Route) keyHandler {
-	return func(r *http.Request, k store.Key, q api.Query, body []byte) reply {
-		switch rt.Op {
-		case kernel.OpWait:
-			if r.URL.RawQuery != "" { // else the body, as the kernel reads it
-				b, err := api.WaitBody(q)
-				if err != nil {
-					return fromAPI(api.BadQuery(err))
-				}
-				body = b
-			}
-		case kernel.OpAcquire:
-			ms, held, err := api.WaitUpTo(q, body)
-			if err != nil {
-				return fromAPI(api.BadQuery(err))
-			}
-			if held {
-				// Capped plane-wide and per key, and ended by the key's
-				// revocation, whatever holds the request (heldcap.go).
-				ctx, done, refused, ok := s.hold(r.Context(), k)
-				if !ok {
-					return refused
-				}
-				defer done()
-				return s.afterHeld(ctx, k, s.callHeld(ctx, k, body, time.Duration(ms)*time.Millisecond))
-			}
-			// Until the server answers held asks from the kernel's Ready, a
-			// held request is the query parameter's.
-			if c, err := kernel.DecodeRequest(rt.Op, 0, body); err == nil && c.HasWaitUpTo {
-				return fromAPI(api.BadQuery(&api.QueryError{Param: api.ParamWaitUpToMs,
-					Msg: "waitUpToMs goes in the query (?waitUpToMs=N) until the server holds requests from the kernel's answer"}))
-			}
+// leaseRoute is the work of a lease route, after keyed: the request is
+// decoded once into the kernel's command (the body, or for wait the query
+// when one is given; acquire's ?waitUpToMs joins it), which run takes to
+// the workspace. A held grant whose answer cannot be written (the client
+// went away) is released.
+func (s *Server) leaseRoute(rt api.Route) func(w http.ResponseWriter, r *http.Request, k store.Key, q api.Query, body []byte) {
+	return func(w http.ResponseWriter, r *http.Request, k store.Key, q api.Query, body []byte) {
+		start := time.Now()
+		rep, g := s.leaseReply(r, k, rt, q, body)
+		writeReply(w, rep)
+		if g != nil && (r.Context().Err() != nil || http.NewResponseController(w).Flush() != nil) {
+			s.releaseUndelivered(g)
 		}
-		return s.run(r.Context(), k, rt.Op, body)
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rep.status,
+				"remote", r.RemoteAddr, "us", time.Since(start).Microseconds())
+		}
 	}
+}
+
+// leaseReply decodes a lease route's request into its command and runs it.
+func (s *Server) leaseReply(r *http.Request, k store.Key, rt api.Route, q api.Query, body []byte) (reply, *heldGrant) {
+	if rt.Op == kernel.OpWait && r.URL.RawQuery != "" { // else the body, as the kernel reads it
+		b, err := api.WaitBody(q)
+		if err != nil {
+			return fromAPI(api.BadQuery(err)), nil
+		}
+		body = b
+	}
+	c := kernel.DecodeCommand(rt.Op, 0, body)
+	if rt.Op == kernel.OpAcquire {
+		ms, given, err := api.WaitUpTo(q, nil)
+		if err != nil {
+			return fromAPI(api.BadQuery(err)), nil
+		}
+		if given && c.HasWaitUpTo {
+			return fromAPI(api.BadQuery(&api.QueryError{Param: api.ParamWaitUpToMs,
+				Msg: "waitUpToMs is given both in the query and in the body: give it once"})), nil
+		}
+		if given && c.Invalid == "" {
+			// The log keeps the command as decoded, query included.
+			c.WaitUpToMs, c.HasWaitUpTo, body = int64(ms), true, nil
+		}
+	}
+	return s.run(r.Context(), k, c, body)
 }
 
 // open runs f while the server is open (s.life held for reading), or

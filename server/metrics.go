@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,12 @@ type metrics struct {
 	alarms         prometheus.Counter
 	reloads        prometheus.Counter
 	workspaces     prometheus.Gauge
+
+	// Counted on the command path (atomics: no label look-up there).
+	steps        atomic.Int64 // commands the kernel stepped, replays excluded
+	logged       atomic.Int64 // of them, logged
+	asksAnswered atomic.Int64 // held asks answered to a parked request
+	undelivered  atomic.Int64 // held grants released, not delivered
 
 	// resolved label sets, so the hot path does no label hashing
 	mu       sync.RWMutex
@@ -138,6 +145,10 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leaseplane_held_requests", Help: "Held lease requests open now.",
 		}, func() float64 { return float64(s.held.heldOpen()) }),
+		atomicCounter("leaseplane_steps_total", "Commands the kernels stepped: requests, alarm ticks, and the cancels and releases the server sends (replays at load excluded). No held ask is decided without one.", &m.steps),
+		atomicCounter("leaseplane_commands_logged_total", "Commands that changed durable state and were logged.", &m.logged),
+		atomicCounter("leaseplane_held_asks_answered_total", "Held asks the kernel answered to the request parked on them.", &m.asksAnswered),
+		atomicCounter("leaseplane_held_grants_released_total", "Grants to held requests that could not be delivered (the client went away or its key was revoked), released.", &m.undelivered),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "leaseplane_held_requests_refused_total", Help: "Held lease requests refused 429 heldRequests (a cap was reached).",
 		}, func() float64 { return float64(s.held.refusedCount()) }),
@@ -179,6 +190,11 @@ func (s *Server) metricsHandler() http.Handler {
 // counter is a plain counter of the server's.
 func counter(name, help string) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// atomicCounter exposes a counter the command path adds to.
+func atomicCounter(name, help string, v *atomic.Int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
 }
 
 // ledgerCounter exposes one of the ledger's counters (0 without a ledger).

@@ -185,6 +185,10 @@ type Server struct {
 	unlock func() // releases the data directory's lock
 
 	drills *drillRunner
+
+	// heldAnswered, when set (tests), runs in a held request between its
+	// durable answer and its write.
+	heldAnswered func(ctx context.Context)
 }
 
 // orDefault sets *v to def when it is zero or less (a Config field left

@@ -431,22 +431,24 @@ func TestDataDirLocked(t *testing.T) {
 	s2.Shutdown(context.Background())
 }
 
-// panicky is kernel.Native whose engines panic on a body with "boom" and
-// fail on one with "trap", as a kernel bug or a trapped WebAssembly
-// instance would.
+// panicky is kernel.Native whose engines panic on a command whose resource
+// has "boom" and fail on one with "trap", as a kernel bug or a trapped
+// WebAssembly instance would. The server steps every command (Step).
 var panicky = kernel.WrapFactory(kernel.Native, "panicky", func(e kernel.Engine) kernel.Engine { return panickyEngine{e} })
 
 type panickyEngine struct{ kernel.Engine }
 
-func (e panickyEngine) Apply(op kernel.Op, nowMs int64, body []byte) (kernel.Result, error) {
-	if bytes.Contains(body, []byte("boom")) {
-		e.Engine.Apply(op, nowMs, bytes.ReplaceAll(body, []byte("boom"), []byte("half")))
+func (e panickyEngine) Step(c kernel.Command) (kernel.Ready, error) {
+	if strings.Contains(c.Resource, "boom") {
+		half := c
+		half.Resource = strings.ReplaceAll(c.Resource, "boom", "half")
+		e.Engine.Step(half)
 		panic("kernel bug")
 	}
-	if bytes.Contains(body, []byte("trap")) {
-		return kernel.Result{}, errors.New("wasm trap")
+	if strings.Contains(c.Resource, "trap") {
+		return kernel.Ready{}, errors.New("wasm trap")
 	}
-	return e.Engine.Apply(op, nowMs, body)
+	return e.Engine.Step(c)
 }
 
 // TestEngineFailure: an engine that panics or fails mid-command is answered

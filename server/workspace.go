@@ -40,22 +40,9 @@ type workspace struct {
 	alarmAt   int64 // the time the armed timer ticks at; 0 when none
 	alarmStop func() bool
 
-	// changed is closed (and cleared) at the next change that may free a
-	// resource, waking the lease requests held on it (hold.go).
-	changed chan struct{}
-	// holding counts the requests held on ws; while there are any,
-	// released counts the releases per resource and agent
-	// (resource + "\x00" + actorDid), which end that agent's hold.
-	holding  int
-	released map[string]uint64
-	// heldQueues are the requests held on ws by resource, with their
-	// places in its queue; wakes counts the closings of changed; turn
-	// (on mu) is signalled when a held request asks or leaves. Woken
-	// held requests ask again in queue order (hold.go).
-	heldQueues map[string]*heldQueue
-	heldSeq    uint64
-	wakes      uint64
-	turn       sync.Cond
+	// parked are the held lease requests waiting for the kernel to answer
+	// their asks, by askId (held.go).
+	parked map[string]*parked
 
 	// gen rises when the machine in memory may differ from the disk (a
 	// failed commit, an engine failure); commands then wait for a reload.
@@ -154,7 +141,7 @@ func (s *Server) load(ws *workspace) error {
 					"seq", r.Seq, "logged", string(r.Rules), "machine", string(rules))
 			}
 		}
-		res, err := eng.Apply(kernel.Op(r.Op), r.NowMs, r.Body)
+		res, err := eng.Step(kernel.DecodeCommand(kernel.Op(r.Op), r.NowMs, r.Body))
 		if err != nil {
 			eng.Close()
 			return fmt.Errorf("server: replay command %d of workspace %s: %w", r.Seq, ws.name, err)
@@ -192,7 +179,15 @@ func (s *Server) load(ws *workspace) error {
 	ws.last = nil
 	ws.loaded = gen
 	ws.alarmAt = 0
-	ws.notifyLocked()
+	// The asks of the log have no request waiting any more (a new process,
+	// or a reload after a failed write whose held requests are answered
+	// 503 now): they end, as SPEC says a host starting from its log does.
+	// At the machine's own time (NowMs 0 moves no clock): logged only when
+	// there were asks.
+	ws.unparkAll()
+	if a := s.stepLocked(ws, kernel.Command{Op: kernel.OpCancel}, []byte("{}")); a.err != nil {
+		return a.err
+	}
 	s.arm(ws)
 	s.log.Info("workspace loaded", "workspace", ws.name, "snapshotSeq", snapSeq, "replayed", len(recs),
 		"ms", time.Since(start).Milliseconds())
@@ -236,21 +231,24 @@ const logRowOverhead = 32
 
 // applied is a command's outcome, still to be made durable.
 type applied struct {
-	res    kernel.Result
+	rd     kernel.Ready
 	ticket *ticket // the commit to wait for; nil when none
 	err    error   // the server failed: answer 503
 }
 
-// applyLocked applies one command to ws (ws.mu held), hands it to the
-// committer when it changed state, and re-arms the alarm.
+// applyLocked applies one decoded command to ws (ws.mu held) at the
+// plane's time, reloading ws first when it needs it: stepLocked. body is
+// what the log keeps of it: the request body it was decoded from, or nil
+// when part of it came from elsewhere (a query parameter), then the
+// command's own encoding (kernel.Command.AppendRequest).
 //
 // A panic in the engine (a kernel bug) is answered like an engine failure:
 // 503, and the machine is rebuilt from disk before its next command.
-func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out applied) {
+func (s *Server) applyLocked(ws *workspace, c kernel.Command, body []byte) (out applied) {
 	defer func() {
 		if v := recover(); v != nil {
 			ws.gen.Add(1)
-			s.log.Error("engine panicked; the workspace will be reloaded", "workspace", ws.name, "op", op, "panic", v)
+			s.log.Error("engine panicked; the workspace will be reloaded", "workspace", ws.name, "op", c.Op, "panic", v)
 			out = applied{err: fmt.Errorf("engine panicked: %v", v)}
 		}
 	}()
@@ -264,59 +262,42 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 			return applied{err: err}
 		}
 	}
-	now := s.nowMs()
-	clockOnly := s.onlyMovesClock(ws, op, now)
-	// With requests held on ws, a command that comes at or after the next
-	// alarm wakes them: the kernel lapses what is due (a lease, a waiter, a
-	// claim) before deciding, so the alarm's own tick may find nothing due.
-	lapses := false
-	if ws.changed != nil {
-		at, ok, err := ws.eng.NextAlarm()
-		lapses = err == nil && ok && at <= now
-	}
-	res, err := ws.eng.Apply(op, now, body)
-	// With requests held, a release ends its agent's hold there, and the
-	// change a release or a renewal makes frees its resource alone: only
-	// then is the command decoded again for its resource.
-	var resource string
-	if ws.holding > 0 && (op == kernel.OpRelease || op == kernel.OpAcquire && !lapses && mayFree(op, res)) {
-		if c, err := kernel.DecodeRequest(op, 0, body); err == nil {
-			resource = c.Resource
-			if op == kernel.OpRelease {
-				if ws.released == nil {
-					ws.released = map[string]uint64{}
-				}
-				ws.released[c.Resource+"\x00"+c.ActorDid]++
-			}
-		}
-	}
+	c.NowMs = s.nowMs()
+	return s.stepLocked(ws, c, body)
+}
+
+// stepLocked is the one place a command meets the engine (ws.mu held, ws
+// loaded): Step, then what its Ready says, nothing more. A logged command
+// goes to the committer in order (with a snapshot when one is due); the
+// answers of the held asks that ended go to the requests parked on them,
+// with the commit to wait for before they are written; the alarm is
+// re-armed.
+func (s *Server) stepLocked(ws *workspace, c kernel.Command, body []byte) applied {
+	rd, err := ws.eng.Step(c)
 	if err != nil {
 		ws.gen.Add(1)
-		s.log.Error("engine failed; the workspace will be reloaded", "workspace", ws.name, "op", op, "err", err)
+		s.log.Error("engine failed; the workspace will be reloaded", "workspace", ws.name, "op", c.Op, "err", err)
 		return applied{err: fmt.Errorf("engine: %w", err)}
 	}
-	out = applied{res: res}
-	if lapses || mayFree(op, res) {
-		if r := freesOnly(op, res, resource, lapses); r != "" {
-			ws.notifyResourceLocked(r)
-		} else {
-			ws.notifyLocked()
-		}
+	s.metrics.steps.Add(1)
+	if rd.Log && body == nil {
+		body = c.AppendRequest(nil)
 	}
+	out := applied{rd: rd}
 	if ws.tape != nil {
-		ws.tape = append(ws.tape, drill.TapeEntry{Op: op, NowMs: now, Body: bytes.Clone(body), Status: res.Status,
-			Answer: bytes.Clone(res.Answer), Events: kernel.AppendEvents(nil, res.Events), Changed: res.Changed && !clockOnly})
+		ws.tape = append(ws.tape, drill.TapeEntry{Op: c.Op, NowMs: c.NowMs, Body: bytes.Clone(body), Status: rd.Status,
+			Answer: bytes.Clone(rd.Answer), Events: kernel.AppendEvents(nil, rd.Events), Changed: rd.Log})
 	}
-	if res.Changed && !clockOnly {
+	if rd.Log {
 		ws.seq++
 		rec := store.Record{
 			Workspace: ws.id,
 			Seq:       ws.seq,
-			NowMs:     now,
-			Op:        string(op),
+			NowMs:     c.NowMs,
+			Op:        string(c.Op),
 			Body:      append([]byte(nil), body...),
-			Status:    res.Status,
-			Events:    logEvents(res.Events), // the ledger is derived from the log
+			Status:    rd.Status,
+			Events:    logEvents(rd.Events), // the ledger is derived from the log
 			Semantics: kernel.Semantics,
 		}
 		if !ws.rulesLogged {
@@ -340,7 +321,8 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 				ws.snapBytes = len(snap)
 			}
 		}
-		t := s.commit.enqueue(ws, ws.loaded, rec, res.Events)
+		t := s.commit.enqueue(ws, ws.loaded, rec, rd.Events)
+		s.metrics.logged.Add(1)
 		if snap != nil {
 			// Written by the snapshotter once this command has committed,
 			// outside the commit: see snapshotter.
@@ -351,25 +333,11 @@ func (s *Server) applyLocked(ws *workspace, op kernel.Op, body []byte) (out appl
 	} else {
 		out.ticket = ws.last
 	}
+	if len(rd.Answers) > 0 {
+		s.deliverLocked(ws, rd, out.ticket)
+	}
 	s.arm(ws)
 	return out
-}
-
-// onlyMovesClock reports whether op at now can change nothing but the
-// machine's clock: a wait or a tick when nothing is due by now (the next
-// alarm, the earliest expiry, waiter lapse or claim end, is later). Such a
-// command is not logged, so a dashboard polling wait costs no fsync.
-// Replay stays exact: lapsing is a function of the time alone, so the next
-// logged command, at a later time, lapses on replay what it lapsed live;
-// the only thing lost in a crash is the clock's advance, and the host's
-// clock never goes below the last time it logged. Its answer still waits
-// for the commit of the last change it may show (ws.last).
-func (s *Server) onlyMovesClock(ws *workspace, op kernel.Op, now int64) bool {
-	if op != kernel.OpWait && op != kernel.OpTick {
-		return false
-	}
-	at, ok, err := ws.eng.NextAlarm()
-	return err == nil && (!ok || at > now)
 }
 
 // wait blocks until a's commit is done and reports its failure.
@@ -454,7 +422,7 @@ func (s *Server) alarm(ws *workspace, at int64) {
 			return
 		}
 	}
-	a := s.applyLocked(ws, kernel.OpTick, nil)
+	a := s.applyLocked(ws, kernel.Command{Op: kernel.OpTick}, []byte("{}"))
 	ws.mu.Unlock()
 	s.metrics.alarms.Inc()
 	if err := a.wait(); err != nil {

@@ -219,15 +219,16 @@ func heldAsk(hc *http.Client, url, key, resource, actor string, out chan<- heldO
 	out <- heldOutcome{status: resp.StatusCode, body: string(b), err: err}
 }
 
-// TestHeldRequestFlood: one agent key asks 1,300 held requests on a
-// resource another agent holds. Past its cap (32 a key) they are refused
-// 429 limit_exceeded heldRequests; those within it stay held; a tenant of
-// another workspace is served meanwhile.
+// TestHeldRequestFlood: one key asks 1,300 held requests on a resource
+// another agent holds, each for an agent of its own (an agent's new held
+// acquire of a resource cancels its ask there, SPEC "Held asks"). Past its
+// cap (32 a key) they are refused 429 limit_exceeded heldRequests; those
+// within it stay held; a tenant of another workspace is served meanwhile.
 func TestHeldRequestFlood(t *testing.T) {
 	data := t.TempDir()
 	c := startChildArgs(t, data)
 	holder := keysCLI(t, "create", "--data", data, "--workspace", "default")
-	flood := keysCLI(t, "create", "--data", data, "--workspace", "default", "--agent", didCost)
+	flood := keysCLI(t, "create", "--data", data, "--workspace", "default")
 	tenant := keysCLI(t, "create", "--data", data, "--workspace", "tenant", "--new-workspace")
 	if a := e2eDo(t, "POST", c.url+"/api/v1/acp/coordination/lease", holder, `{"resource":"lock:flood","actorDid":"`+didRelease+`"}`); a.status != 200 {
 		t.Fatalf("holder: %d %s", a.status, a.raw)
@@ -240,8 +241,8 @@ func TestHeldRequestFlood(t *testing.T) {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: watchdog}
 	hc := &http.Client{Timeout: 2 * watchdog, Transport: &http.Transport{DialContext: d.DialContext, MaxConnsPerHost: 48, MaxIdleConnsPerHost: 48}}
 	defer hc.CloseIdleConnections()
-	for range n {
-		go heldAsk(hc, c.url, flood, "lock:flood", didCost, out)
+	for i := range n {
+		go heldAsk(hc, c.url, flood, "lock:flood", fmt.Sprintf("did:example:flood-%d", i), out)
 	}
 	// Every request past the cap is refused at once; the rest wait.
 	refused, granted, other := 0, 0, 0

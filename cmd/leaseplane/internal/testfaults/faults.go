@@ -76,44 +76,44 @@ func failSomeCommits() error {
 	return nil
 }
 
-// faulty is factory's engines with their answers rewritten by fault:
-// serve's test-only faults of one wrong verdict.
-func faulty(factory kernel.Factory, fault func(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result) kernel.Factory {
+// faulty is factory's engines with the Ready of each step rewritten by
+// fault: serve's test-only faults of one wrong verdict. The server steps
+// every command (Engine.Step), replays included.
+func faulty(factory kernel.Factory, fault func(c kernel.Command, r kernel.Ready) kernel.Ready) kernel.Factory {
 	return kernel.WrapFactory(factory, "", func(e kernel.Engine) kernel.Engine { return faultyEngine{e, fault} })
 }
 
 type faultyEngine struct {
 	kernel.Engine
-	fault func(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result
+	fault func(c kernel.Command, r kernel.Ready) kernel.Ready
 }
 
-func (e faultyEngine) Apply(op kernel.Op, now int64, body []byte) (kernel.Result, error) {
-	r, err := e.Engine.Apply(op, now, body)
+func (e faultyEngine) Step(c kernel.Command) (kernel.Ready, error) {
+	r, err := e.Engine.Step(c)
 	if err != nil {
 		return r, err
 	}
-	return e.fault(op, now, body, r), nil
+	return e.fault(c, r), nil
 }
 
-// wrongDeadlock is --test-fault wrong-deadlock: every deadlock refusal is
-// answered as lease_held (one verdict wrong), so the deadlock drill must
-// fail.
-func wrongDeadlock(_ kernel.Op, _ int64, _ []byte, r kernel.Result) kernel.Result {
+// wrongDeadlock is --test-fault wrong-deadlock: every deadlock refusal,
+// a command's own or a held ask's, is answered as lease_held (one verdict
+// wrong), so the deadlock drill must fail.
+func wrongDeadlock(_ kernel.Command, r kernel.Ready) kernel.Ready {
 	const from, to = `"reason":"deadlock"`, `"reason":"lease_held"`
 	r.Answer = bytes.Replace(r.Answer, []byte(from), []byte(to), 1)
+	for i := range r.Answers {
+		r.Answers[i].Answer = bytes.Replace(r.Answers[i].Answer, []byte(from), []byte(to), 1)
+	}
 	return r
 }
 
-// grantTwice is --test-fault grant-twice: every lease_held refusal is
-// answered as a grant to the asker (its state unchanged), so that two
-// agents hold the same resource at once. The linearizability check must
-// report it.
-func grantTwice(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Result {
-	if op != kernel.OpAcquire || r.Status != 409 {
-		return r
-	}
-	c, err := kernel.DecodeRequest(op, now, body)
-	if err != nil {
+// grantTwice is --test-fault grant-twice: every acquire refused lease_held,
+// or held (its ask left in the kernel, answered to no one), is answered as
+// a grant to the asker (its state unchanged), so that two agents hold the
+// same resource at once. The linearizability check must report it.
+func grantTwice(c kernel.Command, r kernel.Ready) kernel.Ready {
+	if c.Op != kernel.OpAcquire || c.Invalid != "" || (r.Status != 409 && r.AskID == "") {
 		return r
 	}
 	b := []byte(`{"ok":true,"lease":{"id":"lease_fault","resource":`)
@@ -121,10 +121,10 @@ func grantTwice(op kernel.Op, now int64, body []byte, r kernel.Result) kernel.Re
 	b = append(b, `,"holder":`...)
 	b = strconv.AppendQuote(b, c.ActorDid)
 	b = append(b, `,"mode":"write","fence":1099511627776,"grantedAtMs":`...)
-	b = strconv.AppendInt(b, now, 10)
+	b = strconv.AppendInt(b, c.NowMs, 10)
 	b = append(b, `,"expiresAtMs":`...)
-	b = strconv.AppendInt(b, now+kernel.LeaseTTLMs, 10)
+	b = strconv.AppendInt(b, c.NowMs+kernel.LeaseTTLMs, 10)
 	b = append(b, "}}"...)
-	r.Status, r.Answer, r.RetryAfterSec = 200, b, 0
+	r.Status, r.Answer, r.RetryAfterSec, r.AskID = 200, b, 0, ""
 	return r
 }
