@@ -65,16 +65,19 @@ type Exchange struct {
 	Shown ShownStep
 }
 
-// Recipe is a task done against the REST API, with code in three
-// languages and a runnable scenario of the same exchange.
+// Recipe is a task done against the REST API: plain HTTP in three
+// languages (curl, fetch, requests), the same task on the Python and the
+// TypeScript client libraries, and a runnable scenario of the exchange.
 type Recipe struct {
-	ID    string
-	Title string
-	Lead  string
-	Curl  string
-	JS    string
-	Py    string
-	Live  LiveExample
+	ID       string
+	Title    string
+	Lead     string
+	Curl     string
+	JS       string
+	Py       string
+	PyClient string // on server/client/python
+	TSClient string // on server/client/js
+	Live     LiveExample
 }
 
 // Docs is everything the docs page shows that the kernel computes.
@@ -134,12 +137,14 @@ func recipeCode(name string) string {
 	return strings.TrimRight(string(b), "\n")
 }
 
-// newRecipe is the recipe id: its code from recipes/id.{sh,mjs,py}, and live,
+// newRecipe is the recipe id: its code from recipes/id.{sh,mjs,py} and
+// recipes/id.client.{py,mjs}, and live,
 // which runs it in the kernel, named recipe-id and titled as the recipe.
 func newRecipe(id, title, lead string, live LiveExample) Recipe {
 	live.ID, live.Title = "recipe-"+id, title
 	return Recipe{ID: id, Title: title, Lead: lead, Live: live,
-		Curl: recipeCode(id + ".sh"), JS: recipeCode(id + ".mjs"), Py: recipeCode(id + ".py")}
+		Curl: recipeCode(id + ".sh"), JS: recipeCode(id + ".mjs"), Py: recipeCode(id + ".py"),
+		PyClient: recipeCode(id + ".client.py"), TSClient: recipeCode(id + ".client.mjs")}
 }
 
 func recipes() []Recipe {

@@ -273,10 +273,11 @@ func TestDocsHTML(t *testing.T) {
 	if n := strings.Count(html, "data-live"); n < 6*2 {
 		t.Errorf("docs have %d data-live markers, want the six live examples", n)
 	}
-	if n := strings.Count(html, `role="tab" `); n != 6 {
-		t.Errorf("docs have %d code tabs, want 3 per recipe", n)
+	if n := strings.Count(html, `role="tab" `); n != 10 {
+		t.Errorf("docs have %d code tabs, want 5 per recipe (curl, fetch, requests, the Python and the TypeScript client)", n)
 	}
-	for _, want := range []string{"curl -sS", "fetch(", "import os, requests", "Retry-After: 1", "coordination.lease.acquire",
+	for _, want := range []string{"curl -sS", "fetch(", "import os, requests", "import leaseplane", "from &#34;leaseplane&#34;",
+		"plane.lease(", "plane.withLease(", "Retry-After: 1", "coordination.lease.acquire",
 		`&#34;waitingOn&#34;: &#34;db:billing/customers&#34;`, `#example=breaking-a-deadlock`, "#json="} {
 		if !strings.Contains(html, want) {
 			t.Errorf("docs lack %q", want)

@@ -2,8 +2,10 @@
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { execFile } from "node:child_process";
-import { before, describe, test } from "node:test";
+import http from "node:http";
+import { after, before, describe, test } from "node:test";
 import { replayAll, shot, watchRequests } from "./harness.mjs";
 import { useServe } from "./suite.mjs";
 import { Plane } from "../../server/client/js/index.js";
@@ -206,7 +208,16 @@ describe("served by leaseplane serve", () => {
 
 describe("the docs' recipes, run as printed against leaseplane serve", () => {
   const unescape = (s) => s.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&#34;/g, '"').replace(/&#39;/g, "'").replace(/&quot;/g, '"').replace(/&amp;/g, "&");
-  const runners = { curl: ["bash", ".sh"], js: ["node", ".mjs"], py: ["python3", ".py"] };
+  // Each recipe's five tabs: plain HTTP (curl, fetch, requests), then the
+  // Python client (/usr/bin/python3 with the package on PYTHONPATH) and the
+  // TypeScript client (imported as "leaseplane" from a node_modules that
+  // links server/client/js, as npm install ./server/client/js makes it).
+  const clientDir = (p) => fileURLToPath(new URL(`../../server/client/${p}`, import.meta.url));
+  const runners = {
+    curl: ["bash", ".sh"], js: ["node", ".mjs"], py: ["python3", ".py"],
+    pyclient: ["/usr/bin/python3", ".py", { PYTHONPATH: clientDir("python"), PYTHONDONTWRITEBYTECODE: "1" }],
+    tsclient: ["node", ".mjs"],
+  };
   const slot = "lock:deploy/production";
   const didRelease = "did:web:acme.example:agent:release", didCost = "did:web:acme.example:agent:cost";
   let html, plane;
@@ -216,10 +227,16 @@ describe("the docs' recipes, run as printed against leaseplane serve", () => {
     return unescape(m[1]);
   };
   const runCode = (lang, text) => new Promise((resolve) => {
-    const [cmd, ext] = runners[lang];
-    const file = path.join(tmp, `recipe-${lang}${ext}`);
+    const [cmd, ext, env = {}] = runners[lang];
+    const dir = path.join(tmp, `recipe-${lang}`);
+    fs.mkdirSync(path.join(dir, "node_modules"), { recursive: true });
+    if (lang === "tsclient" && !fs.existsSync(path.join(dir, "node_modules", "leaseplane"))) {
+      fs.symlinkSync(clientDir("js"), path.join(dir, "node_modules", "leaseplane"), "dir");
+    }
+    const file = path.join(dir, `recipe${ext}`);
     fs.writeFileSync(file, text + "\n");
-    execFile(cmd, [file], { env: { ...process.env, LEASEPLANE_URL: serve.url, LEASEPLANE_KEY: serve.key }, timeout: 30000 },
+    const url = `http://127.0.0.1:${proxy.address().port}`;
+    execFile(cmd, [file], { cwd: dir, env: { ...process.env, ...env, LEASEPLANE_URL: url, LEASEPLANE_KEY: serve.key }, timeout: 30000 },
       (err, stdout, stderr) => resolve({ code: err ? err.code ?? 1 : 0, stdout, stderr }));
   });
   // until polls cond (async) until it is truthy, for 20 s at the most.
@@ -263,13 +280,42 @@ describe("the docs' recipes, run as printed against leaseplane serve", () => {
     plane = new Plane({ url: serve.url, key: serve.key });
   });
 
+  // The recipes reach the plane through proxy, which counts the acquire
+  // requests they send (the plane's own metric counts commands, and a held
+  // request is several of those).
+  let proxy, acquired = 0;
+  const acquires = () => acquired;
+  before(async () => {
+    proxy = http.createServer((req, res) => {
+      if (req.method === "POST" && req.url.startsWith("/api/v1/acp/coordination/lease")) acquired++;
+      const up = http.request(serve.url + req.url, { method: req.method, headers: req.headers }, (ur) => {
+        res.writeHead(ur.statusCode, ur.headers);
+        ur.pipe(res);
+      });
+      up.on("error", () => res.destroy());
+      req.pipe(up);
+    });
+    await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
+  });
+  after(() => { proxy.closeAllConnections(); proxy.close(); });
+
+  test("every recipe has its five variants on the page, the client ones importing the client", () => {
+    for (const id of ["take-and-release", "queue-for-the-slot"]) {
+      for (const lang of Object.keys(runners)) assert.ok(code(`${id}-${lang}`).length > 0, `${id}-${lang}`);
+      assert.match(code(`${id}-pyclient`), /^import leaseplane$/m);
+      assert.match(code(`${id}-tsclient`), /^import \{[^}]*\bPlane\b[^}]*\} from "leaseplane";$/m);
+    }
+  });
+
   for (const lang of Object.keys(runners)) {
+    const client = lang.endsWith("client");
     test(`take a lease and release it (${lang})`, async () => {
       const { r } = await runWatched(lang, "take-and-release", didRelease);
       assert.match(r.stdout, /"released":\s*true|released: true|released: True/);
     });
     test(`queue for the production deploy slot (${lang})`, async () => {
       const held = await plane.acquire({ resource: slot, actorDid: didRelease });
+      const asked = acquires();
       const { r, taken } = await runWatched(lang, "queue-for-the-slot", didCost, async () => {
         // The holder lets go once the recipe is queued behind it.
         await until("the recipe queued behind the holder", async () =>
@@ -278,7 +324,13 @@ describe("the docs' recipes, run as printed against leaseplane serve", () => {
       });
       assert.equal(taken.fence, held.fence + 1);
       assert.match(r.stdout, new RegExp(`deploying with fence ${held.fence + 1}\\b`));
-      assert.match(r.stdout, /"released":\s*true|released: true|released: True/);
+      if (client) {
+        // The client waited in one held request: no polling, no renewal.
+        assert.equal(acquires() - asked, 1, "acquire requests the client recipe sent");
+      } else {
+        assert.ok(acquires() - asked >= 2, "the plain-HTTP recipe was refused, backed off and asked again");
+        assert.match(r.stdout, /"released":\s*true|released: true|released: True/);
+      }
     });
   }
 });
