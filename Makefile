@@ -236,7 +236,8 @@ test-js: build
 
 # test-browser drives Debian's chromium with playwright-core through the
 # playground and the docs, served by `leaseplane serve` and as a static site,
-# and runs the docs' recipes (curl and jq, Node, Python requests) as printed.
+# and runs the docs' recipes (curl and jq, Node, Python requests, and the
+# Python and TypeScript clients from server/client) as printed.
 test-browser:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	{ command -v jq && command -v curl && python3 -c 'import requests'; } >/dev/null 2>&1 || \
