@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
 // heldPlane is a test server listening on 127.0.0.1 (its real Serve, with
@@ -396,4 +398,51 @@ func TestHeldRequestBadWait(t *testing.T) {
 	if o := next(t, out, "the body's held request"); o.status != 200 || leaseHolder(t, o.body) != "did:example:b" {
 		t.Fatalf("held by the body's waitUpToMs, after the release: %d %s; want the grant", o.status, o.body)
 	}
+}
+
+// BenchmarkHeldGrantAfterRelease measures, over real HTTP on loopback with
+// the real clock, the time from sending the holder's release to receiving
+// the grant of a request held on the same resource (waitUpToMs=30000): the
+// latency a waiting agent sees, docs/BENCHMARKS.md "Waiting".
+func BenchmarkHeldGrantAfterRelease(b *testing.B) {
+	s, key := benchServer(b, Config{})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	post := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", hs.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, raw := servertest.Send(b, req)
+		return resp.StatusCode, string(raw)
+	}
+	waiting := func(actor string) bool {
+		req, _ := http.NewRequest("GET", hs.URL+RouteWait, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		_, raw := servertest.Send(b, req)
+		return strings.Contains(string(raw), `"actorDid":"`+actor+`"`)
+	}
+	holder, waiter := "did:example:holder", "did:example:waiter"
+	var total time.Duration
+	b.ResetTimer()
+	b.StopTimer()
+	for i := 0; i < b.N; i++ {
+		if st, body := post(RouteLease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`); st != 200 {
+			b.Fatalf("holder: %d %s", st, body)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			st, body := post(RouteLease+"?waitUpToMs=30000", `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
+			if st != 200 {
+				b.Errorf("held request: %d %s", st, body)
+			}
+			got <- time.Now()
+		}()
+		for !waiting(waiter) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		sent := time.Now()
+		post(RouteRelease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`)
+		total += (<-got).Sub(sent)
+		post(RouteRelease, `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-release-to-grant")
 }
