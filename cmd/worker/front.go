@@ -175,15 +175,16 @@ func authenticate(ks keyStore, key string) (keyRecord, reply, bool) {
 	return k, reply{}, true
 }
 
-// admit decides what the front can decide for one lease request, by the
-// contract's rules (api.Admit): the key's role for the op, and an agent
-// key's actorDid. ok means: send the command to the workspace's object.
-func admit(k keyRecord, op kernel.Op, body []byte) (reply, bool) {
-	rt, ok := api.RouteOf(op)
+// admit decides what the front can decide for one decoded lease command,
+// by the contract's rules (api.Admit): the key's role for the op, and an
+// agent key's actorDid. ok means: send the command to the workspace's
+// object.
+func admit(k keyRecord, c kernel.Command) (reply, bool) {
+	rt, ok := api.RouteOf(c.Op)
 	if !ok {
-		return fromAPI(api.Invalid("op " + string(op) + " has no route")), false
+		return fromAPI(api.Invalid("op " + string(c.Op) + " has no route")), false
 	}
-	if no := api.Admit(api.Key{Role: api.Role(k.role), AgentDID: k.agentDID}, rt, body); no != nil {
+	if no := api.Admit(api.Key{Role: api.Role(k.role), AgentDID: k.agentDID}, rt, c); no != nil {
 		return fromAPI(*no), false
 	}
 	return reply{}, true

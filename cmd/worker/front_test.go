@@ -102,7 +102,7 @@ func TestAdmit(t *testing.T) {
 		{"agent key resumes", agent, kernel.OpResume, `{"actorDid":"did:web:me"}`, 403, "forbidden"},
 		{"operator suspends", op, kernel.OpSuspend, `{"actorDid":"did:web:you"}`, 0, ""},
 	} {
-		rep, ok := admit(c.k, c.op, []byte(c.body))
+		rep, ok := admit(c.k, kernel.DecodeCommand(c.op, 0, []byte(c.body)))
 		if c.status == 0 {
 			if !ok {
 				t.Errorf("%s: refused %d %s", c.name, rep.status, rep.body)

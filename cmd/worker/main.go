@@ -113,15 +113,16 @@ func lease(r *http.Request, rt api.Route) reply {
 
 // command sends one lease command of key k to its workspace's object,
 // once the contract admits it (api.Admit: the key's role for the op, an
-// agent key's actorDid). The command is decoded once, here, and crosses
+// agent key's actorDid). The command is decoded once, here (admit reads
+// the decoded command), and crosses
 // to the object as a command record (kernel.PutRecord), which the object
 // stamps with its clock, steps and logs as it came. held: an acquire
 // held up to wait ms.
 func command(k keyRecord, op kernel.Op, body []byte, wait int, held bool) reply {
-	if rep, ok := admit(k, op, body); !ok {
+	c := kernel.DecodeCommand(op, 0, body)
+	if rep, ok := admit(k, c); !ok {
 		return rep
 	}
-	c := kernel.DecodeCommand(op, 0, body)
 	if held && c.Invalid == "" {
 		c.WaitUpToMs, c.HasWaitUpTo = int64(wait), true
 	}

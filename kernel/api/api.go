@@ -200,20 +200,20 @@ func AuthorizeActor(k Key, actorDid string) *Reply {
 
 // Admit is what a host decides before a lease route's command reaches the
 // workspace: the route's role (Authorize), then, for an agent key, the
-// body's actorDid (AuthorizeActor), read with the kernel's own decoding
-// (a body it refuses is 400 invalid_request with the kernel's words). Other
-// keys' bodies are left to the kernel, which refuses bad input alike. nil
-// means: send the command.
-func Admit(k Key, r Route, body []byte) *Reply {
+// command's actorDid (AuthorizeActor). c is the body as the host decoded
+// it, once, with kernel.DecodeCommand: an agent key's command the kernel
+// refused to decode is 400 invalid_request with the kernel's words; other
+// keys' invalid commands are left to the kernel, which refuses them alike.
+// nil means: send the command.
+func Admit(k Key, r Route, c kernel.Command) *Reply {
 	if rep := Authorize(k, r); rep != nil {
 		return rep
 	}
 	if k.Role != RoleAgent || r.Op == kernel.OpWait || r.Op == "" {
 		return nil
 	}
-	c, err := kernel.DecodeRequest(r.Op, 0, body)
-	if err != nil {
-		rep := Invalid(err.Error())
+	if c.Invalid != "" {
+		rep := Invalid(c.Invalid)
 		return &rep
 	}
 	return AuthorizeActor(k, c.ActorDid)

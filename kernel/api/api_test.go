@@ -153,7 +153,7 @@ func TestAdmit(t *testing.T) {
 		{ws, DrillsRun, nil, 403, ReasonForbidden},
 		{agent, LedgerRoutes[0], nil, 0, ""},
 	} {
-		rep := Admit(c.k, c.r, c.body)
+		rep := Admit(c.k, c.r, kernel.DecodeCommand(c.r.Op, 0, c.body))
 		switch {
 		case c.status == 0 && rep != nil:
 			t.Errorf("Admit(%s, %s, %s) = %d %s; want admitted", c.k.Role, c.r.What, c.body, rep.Status, rep.Body)
