@@ -633,25 +633,40 @@ func splitHashes(blob []byte) [][32]byte {
 	return hs
 }
 
+// eachRow runs query in tx and calls row for each row it returns.
+func eachRow(tx *sql.Tx, row func(*sql.Rows) error, query string, args ...any) error {
+	rs, err := tx.Query(query, args...)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		if err := row(rs); err != nil {
+			return err
+		}
+	}
+	return rs.Err()
+}
+
+// workspacesIn lists, in order, the workspaces with rows in table.
+func workspacesIn(tx *sql.Tx, table string) ([]int64, error) {
+	var ws []int64
+	err := eachRow(tx, func(rs *sql.Rows) error {
+		var w int64
+		if err := rs.Scan(&w); err != nil {
+			return err
+		}
+		ws = append(ws, w)
+		return nil
+	}, `SELECT DISTINCT workspace_id FROM `+table+` ORDER BY workspace_id`)
+	return ws, err
+}
+
 // moveEntriesTable packs the entries table of the first ledger builds (one
 // row per entry, with its hashes and lease id) and drops it.
 func (s *Store) moveEntriesTable(tx *sql.Tx) error {
-	var ws []int64
-	if err := func() error {
-		rs, err := tx.Query(`SELECT DISTINCT workspace_id FROM entries ORDER BY workspace_id`)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var w int64
-			if err := rs.Scan(&w); err != nil {
-				return err
-			}
-			ws = append(ws, w)
-		}
-		return rs.Err()
-	}(); err != nil {
+	ws, err := workspacesIn(tx, "entries")
+	if err != nil {
 		return err
 	}
 	for _, w := range ws {
@@ -659,30 +674,23 @@ func (s *Store) moveEntriesTable(tx *sql.Tx) error {
 		for from := int64(0); ; {
 			var batch []oldEntry
 			var grants []any
-			err := func() error {
-				rs, err := tx.Query(`SELECT idx, seq, coalesce(lease_id, ''), data, hashes FROM entries WHERE workspace_id = ? AND idx >= ? ORDER BY idx LIMIT 4096`, w, from)
-				if err != nil {
+			err := eachRow(tx, func(rs *sql.Rows) error {
+				var e oldEntry
+				var lease string
+				var hashes []byte
+				if err := rs.Scan(&e.idx, &e.seq, &lease, &e.data, &hashes); err != nil {
 					return err
 				}
-				defer rs.Close()
-				for rs.Next() {
-					var e oldEntry
-					var lease string
-					var hashes []byte
-					if err := rs.Scan(&e.idx, &e.seq, &lease, &e.data, &hashes); err != nil {
-						return err
-					}
-					if e.data == nil {
-						e.data = []byte{}
-					}
-					e.hashes = splitHashes(hashes)
-					batch = append(batch, e)
-					if id, ok := leaseKey(lease); ok {
-						grants = append(grants, w, e.idx>>epochBits, id, e.idx)
-					}
+				if e.data == nil {
+					e.data = []byte{}
 				}
-				return rs.Err()
-			}()
+				e.hashes = splitHashes(hashes)
+				batch = append(batch, e)
+				if id, ok := leaseKey(lease); ok {
+					grants = append(grants, w, e.idx>>epochBits, id, e.idx)
+				}
+				return nil
+			}, `SELECT idx, seq, coalesce(lease_id, ''), data, hashes FROM entries WHERE workspace_id = ? AND idx >= ? ORDER BY idx LIMIT 4096`, w, from)
 			if err != nil {
 				return err
 			}
@@ -707,7 +715,7 @@ func (s *Store) moveEntriesTable(tx *sql.Tx) error {
 			return err
 		}
 	}
-	_, err := tx.Exec(`DROP TRIGGER IF EXISTS entries_no_update; DROP TRIGGER IF EXISTS entries_no_delete;
+	_, err = tx.Exec(`DROP TRIGGER IF EXISTS entries_no_update; DROP TRIGGER IF EXISTS entries_no_delete;
 		DROP INDEX IF EXISTS entries_by_lease; DROP TABLE entries`)
 	return err
 }
@@ -717,22 +725,8 @@ func (s *Store) moveEntriesTable(tx *sql.Tx) error {
 // length-prefixed with their seqs) and drops them. Below a workspace's
 // retention mark the bodies are gone: their leaf hashes are kept.
 func (s *Store) moveUnpackedRows(tx *sql.Tx) error {
-	var ws []int64
-	if err := func() error {
-		rs, err := tx.Query(`SELECT DISTINCT workspace_id FROM hashes ORDER BY workspace_id`)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var w int64
-			if err := rs.Scan(&w); err != nil {
-				return err
-			}
-			ws = append(ws, w)
-		}
-		return rs.Err()
-	}(); err != nil {
+	ws, err := workspacesIn(tx, "hashes")
+	if err != nil {
 		return err
 	}
 	for _, w := range ws {
@@ -746,21 +740,14 @@ func (s *Store) moveUnpackedRows(tx *sql.Tx) error {
 				hashes       []byte
 			}
 			var hrows []hrow
-			err := func() error {
-				rs, err := tx.Query(`SELECT first, count, hashes FROM hashes WHERE workspace_id = ? AND first >= ? ORDER BY first LIMIT 512`, w, hashesFrom)
-				if err != nil {
+			err := eachRow(tx, func(rs *sql.Rows) error {
+				var r hrow
+				if err := rs.Scan(&r.first, &r.count, &r.hashes); err != nil {
 					return err
 				}
-				defer rs.Close()
-				for rs.Next() {
-					var r hrow
-					if err := rs.Scan(&r.first, &r.count, &r.hashes); err != nil {
-						return err
-					}
-					hrows = append(hrows, r)
-				}
-				return rs.Err()
-			}()
+				hrows = append(hrows, r)
+				return nil
+			}, `SELECT first, count, hashes FROM hashes WHERE workspace_id = ? AND first >= ? ORDER BY first LIMIT 512`, w, hashesFrom)
 			if err != nil {
 				return err
 			}
@@ -807,7 +794,7 @@ func (s *Store) moveUnpackedRows(tx *sql.Tx) error {
 			return err
 		}
 	}
-	_, err := tx.Exec(`DROP TRIGGER IF EXISTS hashes_no_update; DROP TRIGGER IF EXISTS hashes_no_delete;
+	_, err = tx.Exec(`DROP TRIGGER IF EXISTS hashes_no_update; DROP TRIGGER IF EXISTS hashes_no_delete;
 		DROP TRIGGER IF EXISTS bodies_no_update; DROP TRIGGER IF EXISTS bodies_kept_until_exported;
 		DROP TABLE hashes; DROP TABLE bodies`)
 	return err
