@@ -548,29 +548,24 @@ func DecodeStepCommand(step []byte) Command {
 func (c Command) AppendRequest(b []byte) []byte {
 	b = append(b, '{')
 	n := 0
-	str := func(key, v string, present bool) {
-		if !present {
-			return
-		}
+	member := func(key string) {
 		if n > 0 {
 			b = append(b, ',')
 		}
 		n++
-		b = AppendQuote(b, key)
-		b = append(b, ':')
-		b = AppendQuote(b, v)
+		b = append(AppendQuote(b, key), ':')
+	}
+	str := func(key, v string, present bool) {
+		if present {
+			member(key)
+			b = AppendQuote(b, v)
+		}
 	}
 	num := func(key string, v int64, present bool) {
-		if !present {
-			return
+		if present {
+			member(key)
+			b = strconv.AppendInt(b, v, 10)
 		}
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = AppendQuote(b, key)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, v, 10)
 	}
 	f, _ := opFields(c.Op)
 	str("resource", c.Resource, f&fResource != 0)

@@ -13,20 +13,6 @@ import (
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// Reasons the server itself answers with (the contract's, package
-// kernel/api; the kernel's are in kernel).
-const (
-	ReasonUnauthorized     = api.ReasonUnauthorized
-	ReasonActorMismatch    = api.ReasonActorMismatch
-	ReasonForbidden        = api.ReasonForbidden
-	ReasonUnavailable      = api.ReasonUnavailable
-	ReasonTooLarge         = api.ReasonTooLarge
-	ReasonTimeout          = api.ReasonTimeout
-	ReasonNotFound         = api.ReasonNotFound
-	ReasonMethodNotAllowed = api.ReasonMethodNotAllowed
-	ReasonInternal         = api.ReasonInternal
-)
-
 // reply is a decided answer with the header the REST route adds.
 type reply struct {
 	status      int

@@ -1,6 +1,10 @@
 package server
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/leaseplane/leaseplane/kernel/api"
+)
 
 // TestRefusalEscapesAsTheKernel checks that the server's own refusals
 // escape strings exactly as kernel answers do: U+2028 and U+2029 (which
@@ -12,7 +16,7 @@ func TestRefusalEscapesAsTheKernel(t *testing.T) {
 		{"bad \xff byte", `{"ok":false,"reason":"unavailable","error":"bad \ufffd byte"}`},
 		{"q\"\\\n\x01", `{"ok":false,"reason":"unavailable","error":"q\"\\\n\u0001"}`},
 	} {
-		if got := string(refusal(503, ReasonUnavailable, c.msg).answer); got != c.want {
+		if got := string(refusal(503, api.ReasonUnavailable, c.msg).answer); got != c.want {
 			t.Errorf("refusal(%q) = %s, want %s", c.msg, got, c.want)
 		}
 	}

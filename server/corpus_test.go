@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/kernel/scenario"
 	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
@@ -167,26 +168,26 @@ func replayOverREST(t *testing.T, file string) int {
 				checkAnswers()
 				continue
 			}
-			method, route, k = "POST", RouteLease, key
+			method, route, k = "POST", api.PathLease, key
 		case kernel.OpRelease:
-			method, route, k = "POST", RouteRelease, key
+			method, route, k = "POST", api.PathRelease, key
 		case kernel.OpSuspend:
-			method, route, k = "POST", RouteSuspend, opKey
+			method, route, k = "POST", api.PathSuspend, opKey
 		case kernel.OpResume:
-			method, route, k = "POST", RouteResume, opKey
+			method, route, k = "POST", api.PathResume, opKey
 		case kernel.OpForget:
-			method, route, k = "POST", RouteForget, opKey
+			method, route, k = "POST", api.PathForget, opKey
 		case kernel.OpTick:
 			if body != "{}" {
 				continue // a GET has no body to be wrong in
 			}
-			method, route, k, body = "GET", RouteWait, key, ""
+			method, route, k, body = "GET", api.PathWait, key, ""
 		case kernel.OpWait:
 			q, ok := queryOf(body)
 			if !ok {
 				continue // a wrong type: a query parameter is text
 			}
-			method, route, k, body = "GET", RouteWait+q, key, ""
+			method, route, k, body = "GET", api.PathWait+q, key, ""
 		}
 		status, _, got := ts.do(method, route, k, body)
 		checkAnswers()
@@ -319,7 +320,7 @@ func (h *corpusHeld) send(body, askID string) (status int, answer []byte, ok boo
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancels = append(h.cancels, cancel)
 	r := &corpusRequest{cancel: cancel, done: make(chan struct{})}
-	req := httptest.NewRequestWithContext(ctx, "POST", RouteLease, strings.NewReader(body))
+	req := httptest.NewRequestWithContext(ctx, "POST", api.PathLease, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+h.key)
 	go func() {
 		defer close(r.done)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseplane/leaseplane/kernel/api"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/detection"
 )
@@ -35,10 +36,10 @@ func TestDetectionRun(t *testing.T) {
 	ds := newDrillServer(t, t.TempDir(), Config{faults: faults{drillNames: []string{"stale-lease-id"}}})
 	for i := range 3 {
 		actor := "did:web:a.example:agent:" + strconv.Itoa(i)
-		if st, b := ds.do("POST", RouteLease, ds.key, `{"resource":"lock:x","actorDid":"`+actor+`"}`); st != 200 {
+		if st, b := ds.do("POST", api.PathLease, ds.key, `{"resource":"lock:x","actorDid":"`+actor+`"}`); st != 200 {
 			t.Fatalf("lease: %d %s", st, b)
 		}
-		if st, b := ds.do("POST", RouteRelease, ds.key, `{"resource":"lock:x","actorDid":"`+actor+`"}`); st != 200 {
+		if st, b := ds.do("POST", api.PathRelease, ds.key, `{"resource":"lock:x","actorDid":"`+actor+`"}`); st != 200 {
 			t.Fatalf("release: %d %s", st, b)
 		}
 	}

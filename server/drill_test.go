@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/drill"
 	"github.com/leaseplane/leaseplane/server/store"
 )
@@ -141,7 +142,7 @@ func TestDrillFilesReplay(t *testing.T) {
 func TestDrillsFullSet(t *testing.T) {
 	t.Parallel()
 	ds := newDrillServer(t, t.TempDir(), Config{})
-	st, before := ds.do("POST", RouteLease, ds.key, `{"resource":"lock:drill/slot","actorDid":"did:web:real.example:agent:a"}`)
+	st, before := ds.do("POST", api.PathLease, ds.key, `{"resource":"lock:drill/slot","actorDid":"did:web:real.example:agent:a"}`)
 	if st != 200 {
 		t.Fatalf("lease in the real workspace: %d %s", st, before)
 	}
@@ -169,7 +170,7 @@ func TestDrillsFullSet(t *testing.T) {
 	// The real workspace kept its own fences: its lease on the resource the
 	// drills also used lapsed on its own, and the next grant there is its
 	// fence 2, whatever the drill workspaces granted.
-	st, after := ds.do("POST", RouteLease, ds.key, `{"resource":"lock:drill/slot","actorDid":"did:web:real.example:agent:b"}`)
+	st, after := ds.do("POST", api.PathLease, ds.key, `{"resource":"lock:drill/slot","actorDid":"did:web:real.example:agent:b"}`)
 	if st != 200 || !bytes.Contains(after, []byte(`"fence":2`)) {
 		t.Errorf("the real workspace's next grant: %d %s; want fence 2 after %s", st, after, before)
 	}

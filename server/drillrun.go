@@ -447,7 +447,7 @@ func each[T, U any](xs []T, f func(T) U) []U {
 func jsonReply(v any) reply {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return refusal(500, ReasonInternal, "encoding the answer failed")
+		return refusal(500, api.ReasonInternal, "encoding the answer failed")
 	}
 	return reply{status: 200, answer: b}
 }
@@ -495,7 +495,7 @@ func (s *Server) drillRoutes() {
 		case err != nil:
 			return unavailable(err)
 		case !ok:
-			return refusal(404, ReasonNotFound, "this workspace has no drill run "+runID(id))
+			return refusal(404, api.ReasonNotFound, "this workspace has no drill run "+runID(id))
 		case run.CancelledMs != 0 && found:
 			return jsonReply(map[string]any{"ok": true, "run": toRunJSON(run)})
 		case run.CancelledMs != 0:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/client"
 	"github.com/leaseplane/leaseplane/server/store"
 )
@@ -80,7 +81,7 @@ func TestEventsStream(t *testing.T) {
 	if st, b := ts.lease("lock:a", "did:web:a"); st != 200 {
 		t.Fatalf("lease: %d %s", st, b)
 	}
-	if st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:a","actorDid":"did:web:a"}`); st != 200 {
+	if st, _, b := ts.do("POST", api.PathRelease, ts.key, `{"resource":"lock:a","actorDid":"did:web:a"}`); st != 200 {
 		t.Fatalf("release: %d %s", st, b)
 	}
 	all := openStream(t, hs.URL, ts.key, client.EventsRequest{After: -1})
@@ -94,7 +95,7 @@ func TestEventsStream(t *testing.T) {
 	ts.lease("lock:a", "did:web:a")
 	ts.lease("lock:b", "did:web:b")
 	ts.lease("lock:c", "did:web:b")
-	if st, _, b := ts.do("POST", RouteSuspend, operator, `{"actorDid":"did:web:b"}`); st != 200 {
+	if st, _, b := ts.do("POST", api.PathSuspend, operator, `{"actorDid":"did:web:b"}`); st != 200 {
 		t.Fatalf("suspend: %d %s", st, b)
 	}
 	want := []struct{ typ, actor, res string }{

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
 // TestWorkspaceGauges: /metrics with the metrics token shows what each
@@ -44,9 +46,9 @@ leaseplane_workspace_waiters{workspace="default"} 1`
 		t.Errorf("gauges:\n%s\nwant\n%s", got, want)
 	}
 	for _, r := range []string{"lock:a", "lock:b"} {
-		ts.do("POST", RouteRelease, ts.key, `{"resource":"`+r+`","actorDid":"did:example:one"}`)
+		ts.do("POST", api.PathRelease, ts.key, `{"resource":"`+r+`","actorDid":"did:example:one"}`)
 	}
-	ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:two"}`)
+	ts.do("POST", api.PathRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:two"}`)
 	// one keeps a trust record (+1); two, with trust 0 and nothing live, is forgotten.
 	want = `leaseplane_workspace_agents{workspace="default"} 1
 leaseplane_workspace_leases{workspace="default"} 0
@@ -91,7 +93,7 @@ func TestLedgerGauges(t *testing.T) {
 		t.Fatalf("after 40 grants: %v entries, %v bytes", e1, b1)
 	}
 	for i := range 40 {
-		ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:g`+strconv.Itoa(i)+`","actorDid":"did:example:one"}`)
+		ts.do("POST", api.PathRelease, ts.key, `{"resource":"lock:g`+strconv.Itoa(i)+`","actorDid":"did:example:one"}`)
 	}
 	ts.ledgerWait()
 	if e2, b2 := read(); e2 != 80 || b2 <= b1 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -182,7 +183,7 @@ func (s *Server) runHeld(ctx context.Context, k store.Key, c kernel.Command, bod
 // no one reads (the client went away).
 func (s *Server) gone(hctx context.Context) reply {
 	if context.Cause(hctx) == errKeyRevoked {
-		return refusal(401, ReasonUnauthorized, errKeyRevoked.Error())
+		return refusal(401, api.ReasonUnauthorized, errKeyRevoked.Error())
 	}
 	return unavailable(context.Cause(hctx))
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
@@ -77,7 +78,7 @@ type heldOutcome struct {
 func (p *heldPlane) hold(ctx context.Context, resource, actor string, out chan<- heldOutcome) {
 	p.t.Helper()
 	go func() {
-		st, b, err := p.send(ctx, "POST", RouteLease+"?waitUpToMs=30000", acquireBody(resource, actor))
+		st, b, err := p.send(ctx, "POST", api.PathLease+"?waitUpToMs=30000", acquireBody(resource, actor))
 		out <- heldOutcome{actor, st, b, err}
 	}()
 	until(p.t, actor+"'s ask held in wait", func() bool { return p.heldUntil(resource, actor) > 0 })
@@ -104,7 +105,7 @@ func (p *heldPlane) queue(resource string) queue {
 			queue
 		} `json:"queues"`
 	}
-	if err := json.Unmarshal(p.must("GET", RouteWait, "", 200), &w); err != nil {
+	if err := json.Unmarshal(p.must("GET", api.PathWait, "", 200), &w); err != nil {
 		p.t.Fatal(err)
 	}
 	for _, q := range w.Queues {
@@ -205,14 +206,14 @@ func next(t *testing.T, out <-chan heldOutcome, what string) heldOutcome {
 func TestHeldRequestsInQueueOrder(t *testing.T) {
 	p := newHeldPlane(t)
 	holder := "did:example:holder"
-	p.must("POST", RouteLease, acquireBody("lock:q", holder), 200)
+	p.must("POST", api.PathLease, acquireBody("lock:q", holder), 200)
 	out := make(chan heldOutcome, 10)
 	for i := range 10 {
 		p.hold(context.Background(), "lock:q", fmt.Sprintf("did:example:waiter-%d", i), out)
 	}
 	answered := p.metric("leaseplane_held_asks_answered_total")
 	for i := range 10 {
-		p.must("POST", RouteRelease, acquireBody("lock:q", holder), 200)
+		p.must("POST", api.PathRelease, acquireBody("lock:q", holder), 200)
 		o := next(t, out, "release "+strconv.Itoa(i))
 		want := fmt.Sprintf("did:example:waiter-%d", i)
 		if o.err != nil || o.status != 200 || o.actor != want || leaseHolder(t, o.body) != want {
@@ -240,7 +241,7 @@ func TestHeldRequestsInQueueOrder(t *testing.T) {
 // first of them.
 func TestHeldRequestsQuiet(t *testing.T) {
 	p := newHeldPlane(t)
-	p.must("POST", RouteLease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathLease, acquireBody("lock:a", "did:example:holder"), 200)
 	out := make(chan heldOutcome, 3)
 	for i := range 3 {
 		p.hold(context.Background(), "lock:a", fmt.Sprintf("did:example:w%d", i), out)
@@ -255,7 +256,7 @@ func TestHeldRequestsQuiet(t *testing.T) {
 		t.Fatalf("a held request was answered with nothing changing: %s %d %s", o.actor, o.status, o.body)
 	default:
 	}
-	p.must("POST", RouteRelease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathRelease, acquireBody("lock:a", "did:example:holder"), 200)
 	if o := next(t, out, "the release"); o.status != 200 || o.actor != "did:example:w0" {
 		t.Fatalf("after the release: %s answered %d %s; want did:example:w0 granted", o.actor, o.status, o.body)
 	}
@@ -274,7 +275,7 @@ func TestHeldRequestsQuiet(t *testing.T) {
 // it: the resource is left free.
 func TestHeldRequestClientGone(t *testing.T) {
 	p := newHeldPlane(t)
-	p.must("POST", RouteLease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathLease, acquireBody("lock:a", "did:example:holder"), 200)
 	ctx, disconnect := context.WithCancel(context.Background())
 	out := make(chan heldOutcome, 1)
 	p.hold(ctx, "lock:a", "did:example:gone", out)
@@ -287,7 +288,7 @@ func TestHeldRequestClientGone(t *testing.T) {
 	if last := cs[len(cs)-1]; last.Op != kernel.OpCancel || !last.HasAskID {
 		t.Fatalf("the last command logged is %+v; want cancel {askId}", last)
 	}
-	p.must("POST", RouteRelease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathRelease, acquireBody("lock:a", "did:example:holder"), 200)
 	if q := p.queue("lock:a"); len(q.Holders) != 0 {
 		t.Fatalf("after the release lock:a is held by %+v; want no holder (the ask was cancelled)", q.Holders)
 	}
@@ -302,7 +303,7 @@ func TestHeldRequestClientGone(t *testing.T) {
 // the resource is free.
 func TestHeldGrantUndelivered(t *testing.T) {
 	p := newHeldPlane(t)
-	p.must("POST", RouteLease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathLease, acquireBody("lock:a", "did:example:holder"), 200)
 	ctx, disconnect := context.WithCancel(context.Background())
 	p.s.heldAnswered = func(hctx context.Context) {
 		disconnect() // the client goes away once the grant is durable
@@ -314,7 +315,7 @@ func TestHeldGrantUndelivered(t *testing.T) {
 	}
 	out := make(chan heldOutcome, 1)
 	p.hold(ctx, "lock:a", "did:example:gone", out)
-	p.must("POST", RouteRelease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathRelease, acquireBody("lock:a", "did:example:holder"), 200)
 	if o := next(t, out, "the client that went away"); o.err == nil {
 		t.Fatalf("the client that went away got an answer: %d %s", o.status, o.body)
 	}
@@ -338,11 +339,11 @@ func TestHeldGrantUndelivered(t *testing.T) {
 func TestHeldRequestEnds(t *testing.T) {
 	p := newHeldPlane(t)
 	for _, l := range [][2]string{{"lock:a", "did:example:a"}, {"lock:b", "did:example:b"}} {
-		p.must("POST", RouteLease, acquireBody(l[0], l[1]), 200)
+		p.must("POST", api.PathLease, acquireBody(l[0], l[1]), 200)
 	}
 	out := make(chan heldOutcome, 4)
 	go func() {
-		st, b, err := p.send(context.Background(), "POST", RouteLease+"?waitUpToMs=5000", acquireBody("lock:a", "did:example:c"))
+		st, b, err := p.send(context.Background(), "POST", api.PathLease+"?waitUpToMs=5000", acquireBody("lock:a", "did:example:c"))
 		out <- heldOutcome{"did:example:c", st, b, err}
 	}()
 	until(t, "c's ask held", func() bool { return p.heldUntil("lock:a", "did:example:c") > 0 })
@@ -352,14 +353,14 @@ func TestHeldRequestEnds(t *testing.T) {
 	}
 
 	// b waits on a; a asking for b (held) would close the cycle.
-	p.must("POST", RouteLease, acquireBody("lock:a", "did:example:b"), 409)
-	st, b, _ := p.send(context.Background(), "POST", RouteLease+"?waitUpToMs=30000", acquireBody("lock:b", "did:example:a"))
+	p.must("POST", api.PathLease, acquireBody("lock:a", "did:example:b"), 409)
+	st, b, _ := p.send(context.Background(), "POST", api.PathLease+"?waitUpToMs=30000", acquireBody("lock:b", "did:example:a"))
 	if st != 409 || field(t, b, "reason") != kernel.ReasonDeadlock {
 		t.Fatalf("held request closing a cycle: %d %s; want 409 deadlock at once", st, b)
 	}
 
 	p.hold(context.Background(), "lock:b", "did:example:d", out)
-	p.must("POST", RouteRelease, acquireBody("lock:b", "did:example:d"), 200)
+	p.must("POST", api.PathRelease, acquireBody("lock:b", "did:example:d"), 200)
 	if o := next(t, out, "d after its own release"); o.status != 409 || field(t, o.body, "reason") != kernel.ReasonCancelled {
 		t.Fatalf("held request after its own release: %d %s; want 409 cancelled", o.status, o.body)
 	}
@@ -368,7 +369,7 @@ func TestHeldRequestEnds(t *testing.T) {
 	if err := p.s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if o := next(t, out, "e at shutdown"); o.status != 503 || field(t, o.body, "reason") != ReasonUnavailable {
+	if o := next(t, out, "e at shutdown"); o.status != 503 || field(t, o.body, "reason") != api.ReasonUnavailable {
 		t.Fatalf("held request at shutdown: %d %s; want 503 unavailable", o.status, o.body)
 	}
 }
@@ -382,19 +383,19 @@ func TestHeldRequestBadWait(t *testing.T) {
 		{"?waitUpToMs=10", `{"resource":"lock:a","actorDid":"did:example:a","waitUpToMs":10}`},
 		{"", `{"resource":"lock:a","actorDid":"did:example:a","waitUpToMs":30001}`},
 	} {
-		st, b, err := p.send(context.Background(), "POST", RouteLease+c.query, c.body)
+		st, b, err := p.send(context.Background(), "POST", api.PathLease+c.query, c.body)
 		if err != nil || st != 400 || field(t, b, "reason") != kernel.ReasonInvalid || !strings.Contains(string(b), "waitUpToMs") {
 			t.Fatalf("%s %s: %d %s %v; want 400 invalid_request naming waitUpToMs", c.query, c.body, st, b, err)
 		}
 	}
-	p.must("POST", RouteLease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathLease, acquireBody("lock:a", "did:example:holder"), 200)
 	out := make(chan heldOutcome, 1)
 	go func() {
-		st, b, err := p.send(context.Background(), "POST", RouteLease, `{"resource":"lock:a","actorDid":"did:example:b","waitUpToMs":30000}`)
+		st, b, err := p.send(context.Background(), "POST", api.PathLease, `{"resource":"lock:a","actorDid":"did:example:b","waitUpToMs":30000}`)
 		out <- heldOutcome{"did:example:b", st, b, err}
 	}()
 	until(t, "the body's held ask in wait", func() bool { return p.heldUntil("lock:a", "did:example:b") > 0 })
-	p.must("POST", RouteRelease, acquireBody("lock:a", "did:example:holder"), 200)
+	p.must("POST", api.PathRelease, acquireBody("lock:a", "did:example:holder"), 200)
 	if o := next(t, out, "the body's held request"); o.status != 200 || leaseHolder(t, o.body) != "did:example:b" {
 		t.Fatalf("held by the body's waitUpToMs, after the release: %d %s; want the grant", o.status, o.body)
 	}
@@ -415,7 +416,7 @@ func BenchmarkHeldGrantAfterRelease(b *testing.B) {
 		return resp.StatusCode, string(raw)
 	}
 	waiting := func(actor string) bool {
-		req, _ := http.NewRequest("GET", hs.URL+RouteWait, nil)
+		req, _ := http.NewRequest("GET", hs.URL+api.PathWait, nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		_, raw := servertest.Send(b, req)
 		return strings.Contains(string(raw), `"actorDid":"`+actor+`"`)
@@ -425,12 +426,12 @@ func BenchmarkHeldGrantAfterRelease(b *testing.B) {
 	b.ResetTimer()
 	b.StopTimer()
 	for i := 0; i < b.N; i++ {
-		if st, body := post(RouteLease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`); st != 200 {
+		if st, body := post(api.PathLease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`); st != 200 {
 			b.Fatalf("holder: %d %s", st, body)
 		}
 		got := make(chan time.Time, 1)
 		go func() {
-			st, body := post(RouteLease+"?waitUpToMs=30000", `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
+			st, body := post(api.PathLease+"?waitUpToMs=30000", `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
 			if st != 200 {
 				b.Errorf("held request: %d %s", st, body)
 			}
@@ -440,9 +441,9 @@ func BenchmarkHeldGrantAfterRelease(b *testing.B) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		sent := time.Now()
-		post(RouteRelease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`)
+		post(api.PathRelease, `{"resource":"lock:bench","actorDid":"`+holder+`"}`)
 		total += (<-got).Sub(sent)
-		post(RouteRelease, `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
+		post(api.PathRelease, `{"resource":"lock:bench","actorDid":"`+waiter+`"}`)
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-release-to-grant")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -55,7 +56,7 @@ func runPairs(b *testing.B, h http.Handler, key string) {
 		i := next.Add(1)
 		body := fmt.Sprintf(`{"resource":"lock:bench/%d","actorDid":"did:example:bench%d"}`, i, i)
 		for pb.Next() {
-			for _, path := range []string{RouteLease, RouteRelease} {
+			for _, path := range []string{api.PathLease, api.PathRelease} {
 				req := httptest.NewRequest("POST", path, strings.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+key)
 				w := httptest.NewRecorder()

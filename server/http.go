@@ -16,16 +16,6 @@ import (
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
-// The routes (the contract's paths, package kernel/api).
-const (
-	RouteLease   = api.PathLease
-	RouteRelease = api.PathRelease
-	RouteWait    = api.PathWait
-	RouteSuspend = api.PathSuspend
-	RouteResume  = api.PathResume
-	RouteForget  = api.PathForget
-)
-
 func (s *Server) routes() {
 	for _, rt := range api.LeaseRoutes {
 		s.mux.Handle(rt.Path, s.keyed(rt, s.leaseRoute(rt)))

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
 // BenchmarkLedgerHandlerPair is BenchmarkHandlerPair with the signed
@@ -54,7 +56,7 @@ func BenchmarkLedgerReceiptOfNewGrant(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
-		req := httptest.NewRequest("POST", RouteLease, strings.NewReader(fmt.Sprintf(`{"resource":"lock:r%d","actorDid":"did:example:a"}`, i)))
+		req := httptest.NewRequest("POST", api.PathLease, strings.NewReader(fmt.Sprintf(`{"resource":"lock:r%d","actorDid":"did:example:a"}`, i)))
 		req.Header.Set("Authorization", "Bearer "+key)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
@@ -64,7 +65,7 @@ func TestLedgerRetention(t *testing.T) {
 		return ts.leaseID(b)
 	}
 	old := grant("lock:old", "did:example:one")
-	if st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:old","actorDid":"did:example:one"}`); st != 200 {
+	if st, _, b := ts.do("POST", api.PathRelease, ts.key, `{"resource":"lock:old","actorDid":"did:example:one"}`); st != 200 {
 		t.Fatalf("release: %d %s", st, b)
 	}
 	ts.ledgerWait()

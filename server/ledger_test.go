@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 	tdlog "github.com/transparency-dev/formats/log"
@@ -161,7 +162,7 @@ func TestLedgerRecordsEveryChange(t *testing.T) {
 	ts.clock.Advance(time.Second)
 	step("renew", lease("lock:a", "did:example:one"))
 	step("release", func() (int, []byte) {
-		st, _, b := ts.do("POST", RouteRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:one"}`)
+		st, _, b := ts.do("POST", api.PathRelease, ts.key, `{"resource":"lock:a","actorDid":"did:example:one"}`)
 		return st, b
 	})
 	ids = append(ids, ts.leaseID(step("grant b", lease("lock:b", "did:example:sleepy"))))
@@ -170,7 +171,7 @@ func TestLedgerRecordsEveryChange(t *testing.T) {
 	checkpoint()
 	ids = append(ids, ts.leaseID(step("grant c", lease("lock:c", "did:example:rogue"))))
 	step("suspend", func() (int, []byte) {
-		st, _, b := ts.do("POST", RouteSuspend, opKey, `{"actorDid":"did:example:rogue"}`)
+		st, _, b := ts.do("POST", api.PathSuspend, opKey, `{"actorDid":"did:example:rogue"}`)
 		return st, b
 	})
 
@@ -294,7 +295,7 @@ func TestLedgerWorkspacesApart(t *testing.T) {
 	keyB := ts.newWorkspaceKey("other")
 	_, a := ts.lease("lock:secret", "did:example:a")
 	idA := ts.leaseID(a)
-	st, _, b := ts.do("POST", RouteLease, keyB, `{"resource":"lock:mine","actorDid":"did:example:b"}`)
+	st, _, b := ts.do("POST", api.PathLease, keyB, `{"resource":"lock:mine","actorDid":"did:example:b"}`)
 	if st != 200 {
 		t.Fatalf("lease in B: %d %s", st, b)
 	}
@@ -484,7 +485,7 @@ func TestLedgerKeyUnwritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		st, _, b := ts.do("POST", RouteLease, keyB, `{"resource":"lock:`+strconv.Itoa(i)+`","actorDid":"did:example:b"}`)
+		st, _, b := ts.do("POST", api.PathLease, keyB, `{"resource":"lock:`+strconv.Itoa(i)+`","actorDid":"did:example:b"}`)
 		if st != 200 {
 			t.Fatalf("lease %d without a ledger key: %d %s", i, st, b)
 		}

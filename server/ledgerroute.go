@@ -34,7 +34,7 @@ func (s *Server) ledgerRoutes() http.Handler {
 
 func (s *Server) ledgerRoute(r *http.Request, k store.Key, name string, q api.Query) reply {
 	if s.ledger == nil {
-		return refusal(404, ReasonNotFound, "this server runs without a ledger")
+		return refusal(404, api.ReasonNotFound, "this server runs without a ledger")
 	}
 	if _, err := s.workspace(k.WorkspaceID); err != nil {
 		return unavailable(err)

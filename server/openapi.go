@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+
+	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
 // OpenAPI is the OpenAPI 3.1 document of every route the server answers
@@ -21,7 +23,7 @@ const RouteOpenAPI = "/openapi.json"
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", http.MethodGet)
-		writeEarly(w, refusal(405, ReasonMethodNotAllowed, r.URL.Path+" takes GET, not "+r.Method))
+		writeEarly(w, refusal(405, api.ReasonMethodNotAllowed, r.URL.Path+" takes GET, not "+r.Method))
 		return
 	}
 	writeReply(w, reply{status: 200, answer: OpenAPI})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/servertest"
 	"github.com/leaseplane/leaseplane/server/store"
@@ -85,13 +86,13 @@ func (ts *testServer) do(method, path, key string, body string) (int, http.Heade
 }
 
 func (ts *testServer) lease(resource, actor string) (int, []byte) {
-	st, _, b := ts.do("POST", RouteLease, ts.key, `{"resource":"`+resource+`","actorDid":"`+actor+`"}`)
+	st, _, b := ts.do("POST", api.PathLease, ts.key, `{"resource":"`+resource+`","actorDid":"`+actor+`"}`)
 	return st, b
 }
 
 func (ts *testServer) wait() []byte {
 	ts.t.Helper()
-	st, _, b := ts.do("GET", RouteWait, ts.key, "")
+	st, _, b := ts.do("GET", api.PathWait, ts.key, "")
 	if st != 200 {
 		ts.t.Fatalf("wait: %d %s", st, b)
 	}
@@ -209,7 +210,7 @@ func TestCommitFailure(t *testing.T) {
 	diskFull := errors.New("disk I/O error (injected)")
 	ts.fault.Store(&diskFull)
 	ts.clock.Advance(time.Second)
-	st, h, b := ts.do("POST", RouteLease, ts.key, `{"resource":"lock:b","actorDid":"did:example:two"}`)
+	st, h, b := ts.do("POST", api.PathLease, ts.key, `{"resource":"lock:b","actorDid":"did:example:two"}`)
 	if st != 503 || field(t, b, "reason") != "unavailable" || h.Get("Retry-After") == "" {
 		t.Fatalf("lease during a failing disk: %d %v %s", st, h, b)
 	}
@@ -218,7 +219,7 @@ func TestCommitFailure(t *testing.T) {
 	}
 	ts.fault.Store(nil)
 	// The machine was reloaded: lock:b is not held, lock:a still is.
-	st, h, b = ts.do("GET", RouteWait, ts.key, "")
+	st, h, b = ts.do("GET", api.PathWait, ts.key, "")
 	if st != 200 {
 		t.Fatalf("wait after failure: %d %s", st, b)
 	}
@@ -378,8 +379,8 @@ func FuzzRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	routes := []struct{ method, path string }{
-		{"POST", RouteLease}, {"POST", RouteRelease}, {"GET", RouteWait}, {"POST", RouteSuspend},
-		{"PUT", RouteLease}, {"POST", "/api/v1/nope"},
+		{"POST", api.PathLease}, {"POST", api.PathRelease}, {"GET", api.PathWait}, {"POST", api.PathSuspend},
+		{"PUT", api.PathLease}, {"POST", "/api/v1/nope"},
 	}
 	f.Fuzz(func(t *testing.T, route uint8, body string, withKey bool) {
 		r := routes[int(route)%len(routes)]

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/servertest"
 )
 
@@ -50,7 +51,7 @@ func halfSentFrom(t *testing.T, ip, addr, key string, cl int64) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", RouteLease, key, cl)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", api.PathLease, key, cl)
 	return c
 }
 
@@ -134,7 +135,7 @@ func TestSlowBodies(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c2.Close()
-		fmt.Fprintf(c2, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", RouteLease, key, len(req), req)
+		fmt.Fprintf(c2, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", api.PathLease, key, len(req), req)
 		if resp, body := answer(t, c2, 20*time.Second); resp.StatusCode != 200 {
 			t.Fatalf("a real lease among 300 stalled bogus requests: %d %s", resp.StatusCode, body)
 		}
@@ -157,7 +158,7 @@ func TestSlowBodies(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer third.Close()
-		fmt.Fprintf(third, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", RouteWait, key)
+		fmt.Fprintf(third, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", api.PathWait, key)
 		third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		if n, err := third.Read(make([]byte, 1)); n > 0 || err == nil {
 			t.Fatal("a third connection was served while the cap of 2 was held")

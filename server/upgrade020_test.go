@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseplane/leaseplane/kernel/api"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/servertest"
 )
@@ -85,7 +86,7 @@ func checkUpgraded020(t *testing.T, f upgrade020) {
 	// wait: the queues 0.2.0 answered before it stopped, but for the
 	// clock and the late waiter's claim and lapse, which its last retry
 	// (after that wait) moved on.
-	st, b := do("GET", RouteWait, upgrade020Workspace, "")
+	st, b := do("GET", api.PathWait, upgrade020Workspace, "")
 	if st != 200 {
 		t.Fatalf("wait: %d %s", st, b)
 	}
@@ -118,7 +119,7 @@ func checkUpgraded020(t *testing.T, f upgrade020) {
 	if snap.Trust[a+"export"] != 1.5 {
 		t.Errorf("trust after the upgrade: %v; want export's 1.5 (three releases)", snap.Trust)
 	}
-	if st, b := do("POST", RouteLease, upgrade020Workspace, `{"resource":"lock:b","actorDid":"`+a+`rogue"}`); st != 403 || !strings.Contains(string(b), `"suspended"`) {
+	if st, b := do("POST", api.PathLease, upgrade020Workspace, `{"resource":"lock:b","actorDid":"`+a+`rogue"}`); st != 403 || !strings.Contains(string(b), `"suspended"`) {
 		t.Errorf("the agent 0.2.0 suspended: %d %s", st, b)
 	}
 
@@ -152,21 +153,21 @@ func checkUpgraded020(t *testing.T, f upgrade020) {
 	}
 
 	// Keys: the agent key still names only its own agent.
-	if st, b := do("POST", RouteLease, upgrade020Agent, `{"resource":"lock:c","actorDid":"`+a+`release"}`); st != 403 || !strings.Contains(string(b), `"actor_mismatch"`) {
+	if st, b := do("POST", api.PathLease, upgrade020Agent, `{"resource":"lock:c","actorDid":"`+a+`release"}`); st != 403 || !strings.Contains(string(b), `"actor_mismatch"`) {
 		t.Errorf("agent key naming another agent: %d %s", st, b)
 	}
 	// A holder releases with the lease id 0.2.0 gave it; the next grant
 	// takes fence 9, above the 8 that 0.2.0 gave.
-	if st, b := do("POST", RouteRelease, upgrade020Workspace, `{"resource":"lock:held","actorDid":"`+a+`held","leaseId":"lease_b6a4308ace3dd201"}`); st != 200 || !strings.Contains(string(b), `"released":true`) {
+	if st, b := do("POST", api.PathRelease, upgrade020Workspace, `{"resource":"lock:held","actorDid":"`+a+`held","leaseId":"lease_b6a4308ace3dd201"}`); st != 200 || !strings.Contains(string(b), `"released":true`) {
 		t.Errorf("release with the 0.2.0 lease id: %d %s", st, b)
 	}
-	st, b = do("POST", RouteLease, upgrade020Agent, `{"resource":"lock:new","actorDid":"`+a+`cost"}`)
+	st, b = do("POST", api.PathLease, upgrade020Agent, `{"resource":"lock:new","actorDid":"`+a+`cost"}`)
 	var g struct{ Lease struct{ Fence int64 } }
 	json.Unmarshal(b, &g)
 	if st != 200 || g.Lease.Fence != 9 {
 		t.Errorf("grant after the upgrade: %d %s; want fence 9", st, b)
 	}
-	if st, b := do("POST", RouteResume, upgrade020Operator, `{"actorDid":"`+a+`rogue"}`); st != http.StatusOK {
+	if st, b := do("POST", api.PathResume, upgrade020Operator, `{"actorDid":"`+a+`rogue"}`); st != http.StatusOK {
 		t.Errorf("the operator key resumes: %d %s", st, b)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/leaseplane/leaseplane/server/client"
 )
 
 // drillRun is a run as GET /api/v1/drills/runs shows it.
@@ -60,25 +62,14 @@ With --wait, exit 1 also when a drill failed.`)
 	ctx := context.Background()
 	if *cancel != "" {
 		body, _ := json.Marshal(map[string]string{"id": *cancel})
-		st, b, err := c.Request(ctx, http.MethodPost, "/api/v1/drills/cancel", body)
-		if err != nil {
-			fmt.Fprintf(stderr, "leaseplane drill: %v\n", err)
-			return exitRefused
-		}
-		if st != 200 {
-			fmt.Fprintf(stderr, "leaseplane drill: %d %s\n", st, b)
+		if _, ok := drillPost(ctx, c, "/api/v1/drills/cancel", body, stderr); !ok {
 			return exitRefused
 		}
 		fmt.Fprintf(stdout, "drill run %s cancelled\n", *cancel)
 		return exitOK
 	}
-	st, b, err := c.Request(ctx, http.MethodPost, "/api/v1/drills/run", []byte("{}"))
-	if err != nil {
-		fmt.Fprintf(stderr, "leaseplane drill: %v\n", err)
-		return exitRefused
-	}
-	if st != 200 {
-		fmt.Fprintf(stderr, "leaseplane drill: %d %s\n", st, b)
+	b, ok := drillPost(ctx, c, "/api/v1/drills/run", []byte("{}"), stderr)
+	if !ok {
 		return exitRefused
 	}
 	var asked struct{ ID string }
@@ -165,4 +156,19 @@ func printDrillRun(w io.Writer, r drillRun) int {
 	}
 	fmt.Fprintf(w, "drill run %s FAILED in %d ms\n", r.ID, ms)
 	return exitRefused
+}
+
+// drillPost posts body to path and returns the answer of a 200; anything
+// else is printed to stderr (ok false).
+func drillPost(ctx context.Context, c *client.Client, path string, body []byte, stderr io.Writer) ([]byte, bool) {
+	st, b, err := c.Request(ctx, http.MethodPost, path, body)
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane drill: %v\n", err)
+		return nil, false
+	}
+	if st != 200 {
+		fmt.Fprintf(stderr, "leaseplane drill: %d %s\n", st, b)
+		return nil, false
+	}
+	return b, true
 }
