@@ -15,6 +15,12 @@
 // random step reaches the object as it is), or
 // {"name", "refused": message} for a scenario the parser refuses before any
 // kernel sees it. The seed is printed; -seed reproduces a run.
+//
+// With -replay it writes the browser's parity run instead
+// (web/browser/parity.test.mjs): a line is {"name", "in": the scenario as
+// the page's leaseplane.replay receives it (a JavaScript string, so invalid
+// UTF-8 arrives replaced), "t": the native transcript of that string} or
+// {"name", "in", "e": the native replay's error}.
 package main
 
 import (
@@ -68,17 +74,22 @@ func main() {
 	seed := flag.Int64("seed", 0, "first seed of the random scenarios (0: from the clock)")
 	out := flag.String("o", "-", "output file (- for stdout)")
 	corpus := flag.String("corpus", "kernel/testdata/scenarios", "corpus folder")
+	replay := flag.Bool("replay", false, "write transcripts for the browser's parity run instead")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() & (1<<62 - 1)
 	}
-	if err := run(*n, *seed, *out, *corpus); err != nil {
+	each := expected
+	if *replay {
+		each = transcript
+	}
+	if err := run(*n, *seed, *out, *corpus, each); err != nil {
 		fmt.Fprintln(os.Stderr, "paritygen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, seed int64, out, corpus string) error {
+func run(n int, seed int64, out, corpus string, each func(name string, in []byte) (any, error)) error {
 	files, err := filepath.Glob(filepath.Join(corpus, "*.json"))
 	if err != nil {
 		return err
@@ -103,7 +114,7 @@ func run(n int, seed int64, out, corpus string) error {
 		if err != nil {
 			return err
 		}
-		l, err := expected(filepath.Base(f), b)
+		l, err := each(filepath.Base(f), b)
 		if err != nil {
 			return err
 		}
@@ -113,7 +124,7 @@ func run(n int, seed int64, out, corpus string) error {
 	}
 	for i := range n {
 		s := seed + int64(i)
-		l, err := expected("random seed "+strconv.FormatInt(s, 10), scenario.Random(s))
+		l, err := each("random seed "+strconv.FormatInt(s, 10), scenario.Random(s))
 		if err != nil {
 			return err
 		}
@@ -126,7 +137,7 @@ func run(n int, seed int64, out, corpus string) error {
 }
 
 // expected replays one scenario natively, step by step.
-func expected(name string, in []byte) (line, error) {
+func expected(name string, in []byte) (any, error) {
 	s, err := scenario.Parse(in)
 	if err != nil {
 		return line{Name: name, Refused: err.Error()}, nil
@@ -146,7 +157,7 @@ func expected(name string, in []byte) (line, error) {
 		l.Steps[i] = b64(st)
 		res, err := e.StepJSON(st)
 		if err != nil {
-			return line{}, fmt.Errorf("%s: step %d: %v", name, i, err)
+			return nil, fmt.Errorf("%s: step %d: %v", name, i, err)
 		}
 		w := make([]answer, len(res.Answers))
 		for j, a := range res.Answers {
@@ -156,7 +167,7 @@ func expected(name string, in []byte) (line, error) {
 	}
 	trust, err := e.Trust()
 	if err != nil {
-		return line{}, err
+		return nil, err
 	}
 	ex.Trust = b64(trust)
 	l.Expect = ex
@@ -164,3 +175,35 @@ func expected(name string, in []byte) (line, error) {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// replayLine is a line of the browser's parity run.
+type replayLine struct {
+	Name string  `json:"name"`
+	In   string  `json:"in"`
+	T    *string `json:"t,omitempty"`
+	E    *string `json:"e,omitempty"`
+}
+
+// transcript replays one scenario natively as the page receives it: the
+// bytes made a JavaScript string, as JSON carries them (invalid UTF-8
+// replaced).
+func transcript(name string, in []byte) (any, error) {
+	j, err := json.Marshal(string(in))
+	if err != nil {
+		return nil, err
+	}
+	var s string
+	if err := json.Unmarshal(j, &s); err != nil {
+		return nil, err
+	}
+	l := replayLine{Name: name, In: s}
+	out, err := scenario.Replay(kernel.Native, []byte(s))
+	if err != nil {
+		msg := err.Error()
+		l.E = &msg
+	} else {
+		t := string(out)
+		l.T = &t
+	}
+	return l, nil
+}
