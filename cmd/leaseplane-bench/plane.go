@@ -257,6 +257,15 @@ type planeWorker struct {
 	polled bool
 }
 
+// backOff sleeps a refusal's waitMs, with jitter (jitterSleep) or exactly.
+func backOff(ctx context.Context, waitMs int64, jitter bool) error {
+	d := time.Duration(waitMs) * time.Millisecond
+	if jitter {
+		return jitterSleep(ctx, d)
+	}
+	return sleep(ctx, d)
+}
+
 // jitterSleep sleeps d and a random part of it more (at most half, at
 // most 500 ms: within the 1 s a claim outlives its waitMs), so waiters
 // refused together do not come back together.
@@ -312,13 +321,7 @@ func (w *planeWorker) poll(ctx context.Context, res string) (*client.Lease, erro
 		if a.Reason != kernel.ReasonLeaseHeld || a.Stampede == nil {
 			return nil, fmt.Errorf("acquire refused: %s", a.Raw)
 		}
-		d := time.Duration(a.Stampede.WaitMs) * time.Millisecond
-		if w.jitter {
-			err = jitterSleep(ctx, d)
-		} else {
-			err = sleep(ctx, d)
-		}
-		if err != nil {
+		if err := backOff(ctx, a.Stampede.WaitMs, w.jitter); err != nil {
 			return nil, err
 		}
 	}
@@ -375,13 +378,7 @@ func (w *rawPlaneWorker) acquire(ctx context.Context, res string) error {
 			if w.held {
 				continue // held to its end: ask again at once
 			}
-			d := time.Duration(a.Stampede.WaitMs) * time.Millisecond
-			if w.jitter {
-				err = jitterSleep(ctx, d)
-			} else {
-				err = sleep(ctx, d)
-			}
-			if err != nil {
+			if err := backOff(ctx, a.Stampede.WaitMs, w.jitter); err != nil {
 				w.raw.do("POST", client.PathRelease, w.body(res))
 				return err
 			}

@@ -14,12 +14,7 @@ import (
 // and a ledger that has caught up with it.
 func benchLedger(b *testing.B, n int) (*Ledger, *wsLedger, *store.Store, time.Duration) {
 	b.Helper()
-	dir := b.TempDir()
-	st, err := store.Open(dir, store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
+	dir, st := openStore(b)
 	var recs []store.Record
 	for i := 1; i <= n; i++ {
 		id := kernel.LeaseID("lock:r"+strconv.Itoa(i), int64(i))
@@ -112,12 +107,7 @@ func BenchmarkReceipt(b *testing.B) {
 // the writer's batches (hashes, bodies and grants rows, one transaction
 // with fsync each). Time per entry; the CPU per entry is reported too.
 func BenchmarkWrite(b *testing.B) {
-	dir := b.TempDir()
-	st, err := store.Open(dir, store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
+	dir, st := openStore(b)
 	l, err := New(Config{Store: st, DataDir: dir})
 	if err != nil {
 		b.Fatal(err)

@@ -14,12 +14,7 @@ import (
 // last sync left it while the ledger grows, and moves to the position once
 // a sync covers it.
 func TestKeepAfterDurable(t *testing.T) {
-	dir := t.TempDir()
-	st, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	dir, st := openStore(t)
 	commit := func(from, to int) {
 		var recs []store.Record
 		for i := from; i <= to; i++ {
@@ -42,30 +37,42 @@ func TestKeepAfterDurable(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := l.Wait(ctx, 1); err != nil {
-		t.Fatal(err)
+	wait := func() {
+		if err := l.Wait(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got := l.KeepAfter(1); got != 0 {
-		t.Fatalf("KeepAfter before any sync: %d, want 0", got)
+	sync := func() {
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := l.Sync(); err != nil {
-		t.Fatal(err)
+	keepAfter := func(want int64, when string) {
+		if got := l.KeepAfter(1); got != want {
+			t.Fatalf("KeepAfter %s: %d, want %d", when, got, want)
+		}
 	}
-	if got := l.KeepAfter(1); got != 10 {
-		t.Fatalf("KeepAfter after a sync: %d, want 10", got)
-	}
+	wait()
+	keepAfter(0, "before any sync")
+	sync()
+	keepAfter(10, "after a sync")
 	commit(11, 20)
 	l.Notify(1, 20, nil) // the writer reads 11..20 back from the log
-	if err := l.Wait(ctx, 1); err != nil {
-		t.Fatal(err)
+	wait()
+	keepAfter(10, "after unsynced writes (the last sync)")
+	sync()
+	keepAfter(20, "after the second sync")
+}
+
+// openStore opens a store in a new temporary folder, closed at the end of
+// tb.
+func openStore(tb testing.TB) (string, *store.Store) {
+	tb.Helper()
+	dir := tb.TempDir()
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		tb.Fatal(err)
 	}
-	if got := l.KeepAfter(1); got != 10 {
-		t.Fatalf("KeepAfter after unsynced writes: %d, want 10 (the last sync)", got)
-	}
-	if err := l.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if got := l.KeepAfter(1); got != 20 {
-		t.Fatalf("KeepAfter after the second sync: %d, want 20", got)
-	}
+	tb.Cleanup(func() { st.Close() })
+	return dir, st
 }

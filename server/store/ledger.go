@@ -30,7 +30,7 @@ import (
 // leaf hashes are kept. A workspace's position (the last logged command whose
 // events are entries, and the tree size) moves in the same transaction as
 // the entries it covers.
-const ledgerSchema = `
+var ledgerSchema = `
 CREATE TABLE IF NOT EXISTS position(
 	workspace_id INTEGER PRIMARY KEY,
 	seq INTEGER NOT NULL,
@@ -67,18 +67,6 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 	size INTEGER NOT NULL,
 	note BLOB NOT NULL,
 	PRIMARY KEY(workspace_id, size)) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS row_hashes_no_update BEFORE UPDATE ON row_hashes
-	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS row_hashes_no_delete BEFORE DELETE ON row_hashes
-	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS leaf_hashes_no_update BEFORE UPDATE ON leaf_hashes
-	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS leaf_hashes_no_delete BEFORE DELETE ON leaf_hashes
-	BEGIN SELECT RAISE(ABORT, 'ledger hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS grant_index_no_update BEFORE UPDATE ON grant_index
-	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS grant_index_no_delete BEFORE DELETE ON grant_index
-	BEGIN SELECT RAISE(ABORT, 'ledger grants are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS body_rows_append_only BEFORE UPDATE ON body_rows
 	WHEN NOT (NEW.workspace_id = OLD.workspace_id AND (
 		(NEW.first = OLD.first AND NEW.count > OLD.count AND (OLD.first + OLD.count) % 32 != 0
@@ -91,11 +79,19 @@ CREATE TRIGGER IF NOT EXISTS body_rows_kept_until_exported BEFORE DELETE ON body
 	WHEN OLD.first + OLD.count > coalesce((SELECT exported FROM retention WHERE workspace_id = OLD.workspace_id), 0)
 		OR NOT EXISTS (SELECT 1 FROM leaf_hashes WHERE workspace_id = OLD.workspace_id AND first = OLD.first AND count = OLD.count)
 	BEGIN SELECT RAISE(ABORT, 'ledger entries are dropped only once exported, their leaf hashes kept'); END;
-CREATE TRIGGER IF NOT EXISTS checkpoints_no_update BEFORE UPDATE ON checkpoints
-	BEGIN SELECT RAISE(ABORT, 'checkpoints are kept as signed'); END;
-CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints
-	BEGIN SELECT RAISE(ABORT, 'checkpoints are kept forever'); END;
-`
+` + appendOnly("row_hashes", "ledger hashes are append-only", "ledger hashes are append-only") +
+	appendOnly("leaf_hashes", "ledger hashes are append-only", "ledger hashes are append-only") +
+	appendOnly("grant_index", "ledger grants are append-only", "ledger grants are append-only") +
+	appendOnly("checkpoints", "checkpoints are kept as signed", "checkpoints are kept forever")
+
+// appendOnly is the SQL of two triggers that refuse every UPDATE (with
+// message onUpdate) and DELETE (onDelete) of table's rows.
+func appendOnly(table, onUpdate, onDelete string) string {
+	return "CREATE TRIGGER IF NOT EXISTS " + table + "_no_update BEFORE UPDATE ON " + table +
+		"\n\tBEGIN SELECT RAISE(ABORT, '" + onUpdate + "'); END;\n" +
+		"CREATE TRIGGER IF NOT EXISTS " + table + "_no_delete BEFORE DELETE ON " + table +
+		"\n\tBEGIN SELECT RAISE(ABORT, '" + onDelete + "'); END;\n"
+}
 
 // LedgerPos is how far a workspace's ledger has come: Seq is the last
 // logged command whose events are all entries, Size the number of entries.
