@@ -200,30 +200,29 @@ const readyHeader, readyEvent, readyAnswer = 40, 40, 16
 
 //go:wasmexport lp_step_command
 func stepCommand(n uint32) uint64 {
-	if machine == nil {
-		return fail(noMachine)
-	}
-	b, ok := in(n)
-	if !ok {
-		return fail("lp_step_command: length beyond the input buffer")
-	}
-	c, err := kernel.ParseRecord(b)
-	if err != nil {
-		return fail("lp_step_command: " + err.Error())
-	}
-	return readyRecord(machine.Step(c))
+	return stepInput("lp_step_command", n, kernel.ParseRecord)
 }
 
 //go:wasmexport lp_step_scenario
 func stepScenario(n uint32) uint64 {
+	return stepInput("lp_step_scenario", n, func(b []byte) (kernel.Command, error) { return kernel.DecodeStepCommand(b), nil })
+}
+
+// stepInput steps the machine with the command that read makes of the n
+// bytes of input, for the export named export.
+func stepInput(export string, n uint32, read func([]byte) (kernel.Command, error)) uint64 {
 	if machine == nil {
 		return fail(noMachine)
 	}
 	b, ok := in(n)
 	if !ok {
-		return fail("lp_step_scenario: length beyond the input buffer")
+		return fail(export + ": length beyond the input buffer")
 	}
-	return readyRecord(machine.Step(kernel.DecodeStepCommand(b)))
+	c, err := read(b)
+	if err != nil {
+		return fail(export + ": " + err.Error())
+	}
+	return readyRecord(machine.Step(c))
 }
 
 //go:wasmexport lp_step_body
