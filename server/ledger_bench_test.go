@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel/api"
+	"github.com/leaseplane/leaseplane/server/internal/cputime"
 )
 
 // BenchmarkLedgerHandlerPair is BenchmarkHandlerPair with the signed
@@ -27,22 +27,12 @@ func BenchmarkLedgerHandlerPair(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s, key := benchServer(b, Config{NoLedger: noLedger})
 			b.SetParallelism(32)
-			cpu0 := processCPU(b)
+			cpu0 := cputime.Process(b)
 			runPairs(b, s.Handler(), key)
-			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/pair")
+			b.ReportMetric(float64((cputime.Process(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/pair")
 			reportCommits(b, s)
 		})
 	}
-}
-
-// processCPU is the CPU time (user and system) the process has used so
-// far: a figure less swayed than wall time by what else runs on the machine.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkLedgerReceiptOfNewGrant is a grant and then its receipt, as

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/server/internal/cputime"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -65,7 +66,7 @@ func BenchmarkCatchUp(b *testing.B) {
 // stored hashes in SQLite, the Ed25519 signature, and the checkpoint kept.
 func BenchmarkSign(b *testing.B) {
 	l, w, _, _ := benchLedger(b, 20000)
-	cpu0 := processCPU(b)
+	cpu0 := cputime.Process(b)
 	b.ResetTimer()
 	for range b.N {
 		w.mu.Lock()
@@ -76,7 +77,7 @@ func BenchmarkSign(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((cputime.Process(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 }
 
 // BenchmarkReceipt is the receipt route for a grant already under a
@@ -87,7 +88,7 @@ func BenchmarkReceipt(b *testing.B) {
 	if err := l.sign(w); err != nil {
 		b.Fatal(err)
 	}
-	cpu0 := processCPU(b)
+	cpu0 := cputime.Process(b)
 	b.ResetTimer()
 	for i := range b.N {
 		n := 1 + i%20000
@@ -97,7 +98,7 @@ func BenchmarkReceipt(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((cputime.Process(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 }
 
 // BenchmarkWrite is the ledger's writer alone, as it runs behind the
@@ -135,7 +136,7 @@ func BenchmarkWrite(b *testing.B) {
 			`,"mode":"write","expiresAtMs":` + strconv.Itoa(1800000030000+i) + `,"trustDelta":0}`
 		events[i] = []kernel.Event{{Type: typ, AtMs: int64(1800000000000 + i), JSON: []byte(ev)}}
 	}
-	cpu0 := processCPU(b)
+	cpu0 := cputime.Process(b)
 	b.ResetTimer()
 	for i := range b.N {
 		l.Notify(1, int64(i+1), events[i])
@@ -149,7 +150,7 @@ func BenchmarkWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/entry")
+	b.ReportMetric(float64((cputime.Process(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/entry")
 	if got := l.get(1).size(); got != int64(b.N) {
 		b.Fatalf("ledger has %d entries, want %d", got, b.N)
 	}

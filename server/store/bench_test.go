@@ -3,20 +3,11 @@ package store
 import (
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// processCPU is the CPU time (user and system) the process has used so
-// far.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/leaseplane/leaseplane/server/internal/cputime"
+)
 
 // BenchmarkCommitPairs is the log's part of the spread workload: acquire
 // and release commands of 64 clients, with the bodies and events the
@@ -48,7 +39,7 @@ func commitPairs(b *testing.B, snapEvery int64) {
 	recs := make([]Record, 0, 64)
 	seq := int64(0)
 	var took []time.Duration
-	cpu0 := processCPU(b)
+	cpu0 := cputime.Process(b)
 	b.ResetTimer()
 	for n, k := 0, 0; n < b.N; k++ {
 		recs = recs[:0]
@@ -82,5 +73,5 @@ func commitPairs(b *testing.B, snapEvery int64) {
 	b.StopTimer()
 	slices.Sort(took)
 	b.ReportMetric(float64(took[(len(took)-1)*99/100].Microseconds())/1e3, "p99-commit-ms")
-	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/command")
+	b.ReportMetric(float64((cputime.Process(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/command")
 }
