@@ -162,17 +162,12 @@ func (s *Server) leaseReply(r *http.Request, k store.Key, rt api.Route, q api.Qu
 	}
 	c := kernel.DecodeCommand(rt.Op, 0, body)
 	if rt.Op == kernel.OpAcquire {
-		ms, given, err := api.WaitUpTo(q, nil)
+		_, given, err := api.WaitUpTo(q, &c)
 		if err != nil {
 			return fromAPI(api.BadQuery(err)), nil
 		}
-		if given && c.HasWaitUpTo {
-			return fromAPI(api.BadQuery(&api.QueryError{Param: api.ParamWaitUpToMs,
-				Msg: "waitUpToMs is given both in the query and in the body: give it once"})), nil
-		}
 		if given && c.Invalid == "" {
-			// The log keeps the command as decoded, query included.
-			c.WaitUpToMs, c.HasWaitUpTo, body = int64(ms), true, nil
+			body = nil // the log keeps the command as decoded, query included
 		}
 	}
 	return s.run(r.Context(), k, c, body)

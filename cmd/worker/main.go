@@ -102,31 +102,26 @@ func lease(r *http.Request, rt api.Route) reply {
 			return fromAPI(api.BadQuery(err))
 		}
 	}
-	wait, held := 0, false
+	c := kernel.DecodeCommand(rt.Op, 0, body)
 	if rt.Op == kernel.OpAcquire {
-		if wait, held, err = api.WaitUpTo(q, body); err != nil {
+		if _, _, err = api.WaitUpTo(q, &c); err != nil {
 			return fromAPI(api.BadQuery(err))
 		}
 	}
-	return command(k, rt.Op, body, wait, held)
+	return command(k, c)
 }
 
-// command sends one lease command of key k to its workspace's object,
-// once the contract admits it (api.Admit: the key's role for the op, an
-// agent key's actorDid). The command is decoded once, here (admit reads
-// the decoded command), and crosses
-// to the object as a command record (kernel.PutRecord), which the object
-// stamps with its clock, steps and logs as it came. held: an acquire
-// held up to wait ms.
-func command(k keyRecord, op kernel.Op, body []byte, wait int, held bool) reply {
-	c := kernel.DecodeCommand(op, 0, body)
+// command sends one lease command of key k, decoded once by its caller
+// (kernel.DecodeCommand, the query's waitUpToMs set by api.WaitUpTo), to
+// its workspace's object, once the contract admits it (api.Admit: the
+// key's role for the op, an agent key's actorDid). It crosses to the
+// object as a command record (kernel.PutRecord), which the object stamps
+// with its clock, steps and logs as it came.
+func command(k keyRecord, c kernel.Command) reply {
 	if rep, ok := admit(k, c); !ok {
 		return rep
 	}
-	if held && c.Invalid == "" {
-		c.WaitUpToMs, c.HasWaitUpTo = int64(wait), true
-	}
-	return toObject(k.workspace, "/op/"+string(op), kernel.AppendRecord(nil, c), k.id)
+	return toObject(k.workspace, "/op/"+string(c.Op), kernel.AppendRecord(nil, c), k.id)
 }
 
 const pathMCP = "/mcp"
@@ -172,7 +167,11 @@ func mcp(r *http.Request) reply {
 		if argErr != "" {
 			return result(toolError(argErr))
 		}
-		rep := command(k, t.op, body, wait, wait > 0)
+		c := kernel.DecodeCommand(t.op, 0, body)
+		if wait > 0 && c.Invalid == "" {
+			c.WaitUpToMs, c.HasWaitUpTo = int64(wait), true
+		}
+		rep := command(k, c)
 		if rep.status == 401 { // a key the object no longer holds: refused as at the HTTP level
 			return rep
 		}

@@ -103,15 +103,16 @@ func TestWaitUpTo(t *testing.T) {
 		{"waitUpToMs=1e3", `{}`, 0, false, "waitUpToMs must be"},
 		{"waitUpToMs=", `{}`, 0, false, "waitUpToMs must be"},
 		{"waitUpToMs=99999999999999999999", `{}`, 0, false, "waitUpToMs must be"},
-		{"waitUpToMs=100", `{"resource":"r","waitUpToMs":100}`, 0, false, "waitUpToMs is given both in the query and in the body"},
-		{"", `{"resource":"r","waitUpToMs":100}`, 0, false, ""}, // the kernel reads the body's
-		{"waitUpToMs=100", `not json`, 100, true, ""},           // the kernel refuses the body
+		{"waitUpToMs=100", `{"resource":"r","actorDid":"did:example:a","waitUpToMs":100}`, 0, false, "waitUpToMs is given both in the query and in the body"},
+		{"", `{"resource":"r","actorDid":"did:example:a","waitUpToMs":100}`, 0, false, ""}, // the kernel reads the body's
+		{"waitUpToMs=100", `not json`, 100, true, ""},                                      // the kernel refuses the body
 	} {
 		q, err := ParseQuery(Lease, c.query)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms, held, err := WaitUpTo(q, []byte(c.body))
+		cmd := kernel.DecodeCommand(kernel.OpAcquire, 0, []byte(c.body))
+		ms, held, err := WaitUpTo(q, &cmd)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("WaitUpTo(%q, %s) = %d, %v, %v; want error %q", c.query, c.body, ms, held, err, c.err)
@@ -120,6 +121,9 @@ func TestWaitUpTo(t *testing.T) {
 		}
 		if err != nil || ms != c.ms || held != c.held {
 			t.Errorf("WaitUpTo(%q, %s) = %d, %v, %v; want %d, %v", c.query, c.body, ms, held, err, c.ms, c.held)
+		}
+		if held && cmd.Invalid == "" && (!cmd.HasWaitUpTo || cmd.WaitUpToMs != int64(c.ms)) {
+			t.Errorf("WaitUpTo(%q, %s) left the command waiting %v %d; want %d", c.query, c.body, cmd.HasWaitUpTo, cmd.WaitUpToMs, c.ms)
 		}
 	}
 }

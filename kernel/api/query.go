@@ -130,11 +130,13 @@ func WaitBody(q Query) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// WaitUpTo reads the lease route's waitUpToMs: from the query, "0" or
-// [1-9][0-9]* up to MaxWaitUpToMs. given is false when the query has none.
-// When both the query and body carry waitUpToMs, that is an error naming
-// it (a body the kernel cannot read is left for the kernel to refuse).
-func WaitUpTo(q Query, body []byte) (ms int, given bool, err error) {
+// WaitUpTo reads the lease route's waitUpToMs from the query, "0" or
+// [1-9][0-9]* up to MaxWaitUpToMs, and sets it in c, the acquire as the
+// host decoded its body (kernel.DecodeCommand). given is false when the
+// query has none. When the body carried waitUpToMs too, that is an error
+// naming it; a command the kernel could not decode is left as it is, for
+// the kernel to refuse.
+func WaitUpTo(q Query, c *kernel.Command) (ms int, given bool, err error) {
 	v, ok := q.Get(ParamWaitUpToMs)
 	if !ok {
 		return 0, false, nil
@@ -144,17 +146,11 @@ func WaitUpTo(q Query, body []byte) (ms int, given bool, err error) {
 		return 0, false, &QueryError{ParamWaitUpToMs, "waitUpToMs must be a whole number of milliseconds from 0 to " +
 			strconv.Itoa(MaxWaitUpToMs) + ", not " + strconv.Quote(v)}
 	}
-	if len(body) > 0 {
-		inBody := false
-		_ = kernel.ScanObject(body, func(name string, _ []byte) error {
-			if name == ParamWaitUpToMs {
-				inBody = true
-			}
-			return nil
-		})
-		if inBody {
-			return 0, false, &QueryError{ParamWaitUpToMs, "waitUpToMs is given both in the query and in the body: give it once"}
-		}
+	if c.HasWaitUpTo {
+		return 0, false, &QueryError{ParamWaitUpToMs, "waitUpToMs is given both in the query and in the body: give it once"}
+	}
+	if c.Invalid == "" {
+		c.WaitUpToMs, c.HasWaitUpTo = int64(n), true
 	}
 	return n, true, nil
 }
