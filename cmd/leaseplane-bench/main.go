@@ -644,10 +644,34 @@ func cpuTime(t target) (all, daemon time.Duration) {
 	return all + daemon, daemon
 }
 
-// procCPU reads a process's user + system time from /proc (Linux), in
-// clock ticks of 10 ms; zero when it cannot.
+// procCPU is a process's CPU time from /proc (Linux): the nanoseconds
+// each of its threads has run (schedstat), or its user + system time in
+// 10 ms clock ticks when that is more (a thread that exited takes its
+// nanoseconds with it); zero when it can read neither. The ticks alone
+// read 0 for a short run, which made the server's part vanish.
 func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	dir := "/proc/" + strconv.Itoa(pid)
+	var ran time.Duration
+	if tasks, err := os.ReadDir(dir + "/task"); err == nil {
+		for _, task := range tasks {
+			b, err := os.ReadFile(dir + "/task/" + task.Name() + "/schedstat")
+			if err != nil {
+				continue
+			}
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					ran += time.Duration(ns)
+				}
+			}
+		}
+	}
+	return max(ran, procTicks(dir))
+}
+
+// procTicks reads user + system time from dir/stat in clock ticks of
+// 10 ms; zero when it cannot.
+func procTicks(dir string) time.Duration {
+	b, err := os.ReadFile(dir + "/stat")
 	if err != nil {
 		return 0
 	}

@@ -235,3 +235,23 @@ func TestRawHTTP(t *testing.T) {
 		t.Error("https URL accepted")
 	}
 }
+
+// TestProcCPUShortRun: a process that has run less than one 10 ms clock
+// tick still reads more than zero (its threads' schedstat), so the server's
+// part of a short row's CPU is not dropped; and the reading never goes back.
+func TestProcCPUShortRun(t *testing.T) {
+	first := procCPU(os.Getpid())
+	if first <= 0 {
+		t.Fatalf("procCPU of this process = %v, want > 0", first)
+	}
+	x := 0
+	for i := range 1_000_000 {
+		x += i % 7
+	}
+	if second := procCPU(os.Getpid()); second < first || x == 0 {
+		t.Errorf("procCPU went from %v to %v after more work", first, second)
+	}
+	if got := procCPU(1 << 30); got != 0 {
+		t.Errorf("procCPU of no process = %v, want 0", got)
+	}
+}
