@@ -2,6 +2,7 @@
 # on the data folder DIR (made before by `keys create`, see README.md), then
 # stops it with signal SIG (TERM: a clean stop; KILL: a crash).
 set -e
+. "$(dirname "$0")/../upgrade-workload.sh"
 D=$1; SIG=$2; PORT=$3
 WS=$(cat ws.key); OP=$(cat op.key); AG=$(cat agent.key)
 ./leaseplane serve --addr 127.0.0.1:$PORT --data $D > serve.$SIG.log 2>&1 &
@@ -13,12 +14,7 @@ A=did:web:acme.example:agent:release; B=did:web:acme.example:agent:cost; C=did:w
 R=did:web:acme.example:agent:rogue; H=did:web:acme.example:agent:held; W=did:web:acme.example:agent:late
 post $WS coordination/lease "{\"resource\":\"lock:deploy/production\",\"actorDid\":\"$A\"}"
 post $AG coordination/lease "{\"resource\":\"lock:deploy/production\",\"actorDid\":\"$B\"}"
-post $WS coordination/lease "{\"resource\":\"file:q3.csv\",\"actorDid\":\"$A\",\"mode\":\"read\"}"
-post $WS coordination/lease "{\"resource\":\"file:q3.csv\",\"actorDid\":\"$C\",\"mode\":\"read\"}"
-post $WS coordination/release "{\"resource\":\"file:q3.csv\",\"actorDid\":\"$C\"}"
-post $WS coordination/lease "{\"resource\":\"lock:a\",\"actorDid\":\"$C\"}"
-post $WS coordination/release "{\"resource\":\"lock:a\",\"actorDid\":\"$C\"}"
-post $WS coordination/lease "{\"resource\":\"lock:a\",\"actorDid\":\"$C\"}"
+shared_read_and_relet
 # A held request granted: H waits on lock:held until C releases it.
 post $WS coordination/lease "{\"resource\":\"lock:held\",\"actorDid\":\"$C\"}"
 post $WS 'coordination/lease?waitUpToMs=20000' "{\"resource\":\"lock:held\",\"actorDid\":\"$H\"}" > held.out &
