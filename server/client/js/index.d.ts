@@ -127,21 +127,17 @@ export declare class Deadlock extends LeaseplaneError {
   waitingOn: string | null;
   cycle: string[];
 }
-export declare class Suspended extends LeaseplaneError {}
 export declare class LimitExceeded extends LeaseplaneError {
   limit: string | null;
   max: number | null;
 }
-export declare class Cancelled extends LeaseplaneError {}
-export declare class StaleLease extends LeaseplaneError {}
-export declare class Unauthorized extends LeaseplaneError {}
-export declare class ActorMismatch extends LeaseplaneError {}
-export declare class Forbidden extends LeaseplaneError {}
-export declare class InvalidRequest extends LeaseplaneError {}
-export declare class Unavailable extends LeaseplaneError {}
-export declare class NotFound extends LeaseplaneError {}
-export declare class AgentBusy extends LeaseplaneError {}
-export declare class Gone extends LeaseplaneError {}
+/** The refusals that carry nothing beyond their reason: one class each at run time, alike in type. */
+declare class PlainRefusal extends LeaseplaneError {}
+export {
+  PlainRefusal as Suspended, PlainRefusal as Cancelled, PlainRefusal as StaleLease, PlainRefusal as Unauthorized,
+  PlainRefusal as ActorMismatch, PlainRefusal as Forbidden, PlainRefusal as InvalidRequest, PlainRefusal as Unavailable,
+  PlainRefusal as NotFound, PlainRefusal as AgentBusy, PlainRefusal as Gone,
+};
 export declare class PlaneUnreachable extends LeaseplaneError {}
 export declare class LeaseLost extends LeaseplaneError {}
 export declare function errorOf(status: number, answer: Record<string, unknown>, retryAfter?: number | null): LeaseplaneError;
