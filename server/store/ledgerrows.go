@@ -503,21 +503,21 @@ func (s *Store) migrateLedger() error {
 		}
 	}
 	moved := false
-	if e, err := has("entries"); err != nil {
-		return err
-	} else if e {
-		if err := s.inTx("move the ledger's entries into packed rows", s.moveEntriesTable); err != nil {
+	for _, old := range []struct {
+		table, what string
+		move        func(*sql.Tx) error
+	}{
+		{"entries", "move the ledger's entries into packed rows", s.moveEntriesTable},
+		{"bodies", "pack the ledger's rows", s.moveUnpackedRows},
+	} {
+		if ok, err := has(old.table); err != nil {
 			return err
+		} else if ok {
+			if err := s.inTx(old.what, old.move); err != nil {
+				return err
+			}
+			moved = true
 		}
-		moved = true
-	}
-	if b, err := has("bodies"); err != nil {
-		return err
-	} else if b {
-		if err := s.inTx("pack the ledger's rows", s.moveUnpackedRows); err != nil {
-			return err
-		}
-		moved = true
 	}
 	if moved {
 		if _, err := s.ldb.Exec(`VACUUM`); err != nil {
@@ -662,62 +662,78 @@ func workspacesIn(tx *sql.Tx, table string) ([]int64, error) {
 	return ws, err
 }
 
-// moveEntriesTable packs the entries table of the first ledger builds (one
-// row per entry, with its hashes and lease id) and drops it.
-func (s *Store) moveEntriesTable(tx *sql.Tx) error {
-	ws, err := workspacesIn(tx, "entries")
+// moveRows moves the rows of each workspace with rows in table, with move
+// and a rowMover of its own (flushed after), then runs drop (the SQL that
+// drops the old tables).
+func (s *Store) moveRows(tx *sql.Tx, table string, move func(*sql.Tx, *rowMover) error, drop string) error {
+	ws, err := workspacesIn(tx, table)
 	if err != nil {
 		return err
 	}
 	for _, w := range ws {
 		m := &rowMover{s: s, tx: tx, ws: w}
-		for from := int64(0); ; {
-			var batch []oldEntry
-			var grants []any
-			err := eachRow(tx, func(rs *sql.Rows) error {
-				var e oldEntry
-				var lease string
-				var hashes []byte
-				if err := rs.Scan(&e.idx, &e.seq, &lease, &e.data, &hashes); err != nil {
-					return err
-				}
-				if e.data == nil {
-					e.data = []byte{}
-				}
-				e.hashes = splitHashes(hashes)
-				batch = append(batch, e)
-				if id, ok := leaseKey(lease); ok {
-					grants = append(grants, w, e.idx>>epochBits, id, e.idx)
-				}
-				return nil
-			}, `SELECT idx, seq, coalesce(lease_id, ''), data, hashes FROM entries WHERE workspace_id = ? AND idx >= ? ORDER BY idx LIMIT 4096`, w, from)
-			if err != nil {
-				return err
-			}
-			for _, e := range batch {
-				if err := m.add(e); err != nil {
-					return err
-				}
-			}
-			for len(grants) > 0 {
-				g := grants[:4]
-				grants = grants[4:]
-				if _, err := tx.Exec(`INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) VALUES(?, ?, ?, ?)`, g...); err != nil {
-					return err
-				}
-			}
-			if len(batch) < 4096 {
-				break
-			}
-			from = batch[len(batch)-1].idx + 1
+		if err := move(tx, m); err != nil {
+			return err
 		}
 		if err := m.flush(); err != nil {
 			return err
 		}
 	}
-	_, err = tx.Exec(`DROP TRIGGER IF EXISTS entries_no_update; DROP TRIGGER IF EXISTS entries_no_delete;
-		DROP INDEX IF EXISTS entries_by_lease; DROP TABLE entries`)
+	_, err = tx.Exec(drop)
 	return err
+}
+
+// moveEntriesTable packs the entries table of the first ledger builds (one
+// row per entry, with its hashes and lease id) and drops it.
+func (s *Store) moveEntriesTable(tx *sql.Tx) error {
+	return s.moveRows(tx, "entries", moveEntries, `DROP TRIGGER IF EXISTS entries_no_update; DROP TRIGGER IF EXISTS entries_no_delete;
+		DROP INDEX IF EXISTS entries_by_lease; DROP TABLE entries`)
+}
+
+// moveEntries moves one workspace's rows of the entries table.
+func moveEntries(tx *sql.Tx, m *rowMover) error {
+	w := m.ws
+	for from := int64(0); ; {
+		var batch []oldEntry
+		var grants []any
+		err := eachRow(tx, func(rs *sql.Rows) error {
+			var e oldEntry
+			var lease string
+			var hashes []byte
+			if err := rs.Scan(&e.idx, &e.seq, &lease, &e.data, &hashes); err != nil {
+				return err
+			}
+			if e.data == nil {
+				e.data = []byte{}
+			}
+			e.hashes = splitHashes(hashes)
+			batch = append(batch, e)
+			if id, ok := leaseKey(lease); ok {
+				grants = append(grants, w, e.idx>>epochBits, id, e.idx)
+			}
+			return nil
+		}, `SELECT idx, seq, coalesce(lease_id, ''), data, hashes FROM entries WHERE workspace_id = ? AND idx >= ? ORDER BY idx LIMIT 4096`, w, from)
+		if err != nil {
+			return err
+		}
+		for _, e := range batch {
+			if err := m.add(e); err != nil {
+				return err
+			}
+		}
+		for len(grants) > 0 {
+			g := grants[:4]
+			grants = grants[4:]
+			if _, err := tx.Exec(`INSERT OR IGNORE INTO grant_index(workspace_id, epoch, lease, idx) VALUES(?, ?, ?, ?)`, g...); err != nil {
+				return err
+			}
+		}
+		if len(batch) < 4096 {
+			break
+		}
+		from = batch[len(batch)-1].idx + 1
+	}
+	return nil
 }
 
 // moveUnpackedRows packs the rows of builds before packing (tables hashes
@@ -725,79 +741,74 @@ func (s *Store) moveEntriesTable(tx *sql.Tx) error {
 // length-prefixed with their seqs) and drops them. Below a workspace's
 // retention mark the bodies are gone: their leaf hashes are kept.
 func (s *Store) moveUnpackedRows(tx *sql.Tx) error {
-	ws, err := workspacesIn(tx, "hashes")
-	if err != nil {
-		return err
-	}
-	for _, w := range ws {
-		m := &rowMover{s: s, tx: tx, ws: w}
-		var pending []oldEntry // bodies read ahead of the hashes, in order
-		bodiesFrom := int64(0)
-		bodiesDone := false
-		for hashesFrom := int64(0); ; {
-			type hrow struct {
-				first, count int64
-				hashes       []byte
-			}
-			var hrows []hrow
-			err := eachRow(tx, func(rs *sql.Rows) error {
-				var r hrow
-				if err := rs.Scan(&r.first, &r.count, &r.hashes); err != nil {
-					return err
-				}
-				hrows = append(hrows, r)
-				return nil
-			}, `SELECT first, count, hashes FROM hashes WHERE workspace_id = ? AND first >= ? ORDER BY first LIMIT 512`, w, hashesFrom)
-			if err != nil {
-				return err
-			}
-			for _, r := range hrows {
-				all := splitHashes(r.hashes)
-				for i := r.first; i < r.first+r.count; i++ {
-					a, b := storedHashCount(i)-storedHashCount(r.first), storedHashCount(i+1)-storedHashCount(r.first)
-					if b > int64(len(all)) {
-						return fmt.Errorf("the hashes of entry %d of workspace %d are cut short", i, w)
-					}
-					e := oldEntry{idx: i, hashes: all[a:b]}
-					// The body of entry i, if kept: read the bodies rows
-					// ahead as far as i.
-					for !bodiesDone && (len(pending) == 0 || pending[len(pending)-1].idx < i) {
-						got, next, err := readUnpackedBodies(tx, w, bodiesFrom)
-						if err != nil {
-							return err
-						}
-						if len(got) == 0 {
-							bodiesDone = true
-							break
-						}
-						pending = append(pending, got...)
-						bodiesFrom = next
-					}
-					for len(pending) > 0 && pending[0].idx < i {
-						pending = pending[1:] // a body without hashes: cannot be
-					}
-					if len(pending) > 0 && pending[0].idx == i {
-						e.seq, e.data, e.written = pending[0].seq, pending[0].data, pending[0].written
-						pending = pending[1:]
-					}
-					if err := m.add(e); err != nil {
-						return err
-					}
-				}
-			}
-			if len(hrows) < 512 {
-				break
-			}
-			hashesFrom = hrows[len(hrows)-1].first + 1
-		}
-		if err := m.flush(); err != nil {
-			return err
-		}
-	}
-	_, err = tx.Exec(`DROP TRIGGER IF EXISTS hashes_no_update; DROP TRIGGER IF EXISTS hashes_no_delete;
+	return s.moveRows(tx, "hashes", moveUnpacked, `DROP TRIGGER IF EXISTS hashes_no_update; DROP TRIGGER IF EXISTS hashes_no_delete;
 		DROP TRIGGER IF EXISTS bodies_no_update; DROP TRIGGER IF EXISTS bodies_kept_until_exported;
 		DROP TABLE hashes; DROP TABLE bodies`)
-	return err
+}
+
+// moveUnpacked moves one workspace's rows of the hashes and bodies tables.
+func moveUnpacked(tx *sql.Tx, m *rowMover) error {
+	w := m.ws
+	var pending []oldEntry // bodies read ahead of the hashes, in order
+	bodiesFrom := int64(0)
+	bodiesDone := false
+	for hashesFrom := int64(0); ; {
+		type hrow struct {
+			first, count int64
+			hashes       []byte
+		}
+		var hrows []hrow
+		err := eachRow(tx, func(rs *sql.Rows) error {
+			var r hrow
+			if err := rs.Scan(&r.first, &r.count, &r.hashes); err != nil {
+				return err
+			}
+			hrows = append(hrows, r)
+			return nil
+		}, `SELECT first, count, hashes FROM hashes WHERE workspace_id = ? AND first >= ? ORDER BY first LIMIT 512`, w, hashesFrom)
+		if err != nil {
+			return err
+		}
+		for _, r := range hrows {
+			all := splitHashes(r.hashes)
+			for i := r.first; i < r.first+r.count; i++ {
+				a, b := storedHashCount(i)-storedHashCount(r.first), storedHashCount(i+1)-storedHashCount(r.first)
+				if b > int64(len(all)) {
+					return fmt.Errorf("the hashes of entry %d of workspace %d are cut short", i, w)
+				}
+				e := oldEntry{idx: i, hashes: all[a:b]}
+				// The body of entry i, if kept: read the bodies rows
+				// ahead as far as i.
+				for !bodiesDone && (len(pending) == 0 || pending[len(pending)-1].idx < i) {
+					got, next, err := readUnpackedBodies(tx, w, bodiesFrom)
+					if err != nil {
+						return err
+					}
+					if len(got) == 0 {
+						bodiesDone = true
+						break
+					}
+					pending = append(pending, got...)
+					bodiesFrom = next
+				}
+				for len(pending) > 0 && pending[0].idx < i {
+					pending = pending[1:] // a body without hashes: cannot be
+				}
+				if len(pending) > 0 && pending[0].idx == i {
+					e.seq, e.data, e.written = pending[0].seq, pending[0].data, pending[0].written
+					pending = pending[1:]
+				}
+				if err := m.add(e); err != nil {
+					return err
+				}
+			}
+		}
+		if len(hrows) < 512 {
+			break
+		}
+		hashesFrom = hrows[len(hrows)-1].first + 1
+	}
+	return nil
 }
 
 // readUnpackedBodies reads the entries of up to 256 unpacked bodies rows
