@@ -109,15 +109,7 @@ func BenchmarkReceipt(b *testing.B) {
 // with fsync each). Time per entry; the CPU per entry is reported too.
 func BenchmarkWrite(b *testing.B) {
 	dir, st := openStore(b)
-	l, err := New(Config{Store: st, DataDir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	l.Start()
-	b.Cleanup(l.Stop)
-	if err := l.Workspace(1, "bench"); err != nil {
-		b.Fatal(err)
-	}
+	l := startLedger(b, Config{Store: st, DataDir: dir}, "bench")
 	ctx := context.Background()
 	if err := l.Wait(ctx, 1); err != nil {
 		b.Fatal(err)

@@ -26,15 +26,7 @@ func TestKeepAfterDurable(t *testing.T) {
 		}
 	}
 	commit(1, 10)
-	l, err := New(Config{Store: st, DataDir: dir, SyncEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Start()
-	t.Cleanup(l.Stop)
-	if err := l.Workspace(1, "sync"); err != nil {
-		t.Fatal(err)
-	}
+	l := startLedger(t, Config{Store: st, DataDir: dir, SyncEvery: time.Hour}, "sync")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	wait := func() {
@@ -75,4 +67,20 @@ func openStore(tb testing.TB) (string, *store.Store) {
 	}
 	tb.Cleanup(func() { st.Close() })
 	return dir, st
+}
+
+// startLedger starts a ledger with cfg, stopped at the end of tb, and opens
+// workspace 1 in it as name.
+func startLedger(tb testing.TB, cfg Config, name string) *Ledger {
+	tb.Helper()
+	l, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l.Start()
+	tb.Cleanup(l.Stop)
+	if err := l.Workspace(1, name); err != nil {
+		tb.Fatal(err)
+	}
+	return l
 }
