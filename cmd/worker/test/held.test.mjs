@@ -6,10 +6,8 @@
 // for a condition polls with a watchdog of 30 s.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { start, createWorkspace, fresh } from "../miniflare.mjs";
+import { startIn, stop, objectJSON } from "./local.mjs";
 
 const ADMIN = "admin-secret-for-held-tests";
 const LEASE = "/api/v1/acp/coordination/lease";
@@ -17,16 +15,8 @@ const RELEASE = "/api/v1/acp/coordination/release";
 const did = (n) => `did:web:held.example:agent:${n}`;
 
 let dataDir, mf, base;
-
-before(async () => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "leaseplane-worker-held-"));
-  ({ mf, url: base } = await start({ dataDir, port: 0, adminSecret: ADMIN, testClock: true }));
-});
-
-after(async () => {
-  await mf?.dispose();
-  fs.rmSync(dataDir, { recursive: true, force: true });
-});
+before(async () => ({ dataDir, mf, base } = await startIn("held", ADMIN)));
+after(() => stop(mf, dataDir));
 
 async function call(route, key, body, { method = "POST", signal } = {}) {
   const res = await fetch(base + route, {
@@ -66,6 +56,17 @@ const heldIn = (key, resource, actorDid) =>
     return w && w.heldUntilMs !== undefined ? w : undefined;
   });
 
+// heldQueue sends n held requests on resource, for did(0) .. did(n-1), each
+// once wait shows the one before held, and gives back their answers.
+async function heldQueue(key, resource, n) {
+  const asks = [];
+  for (let i = 0; i < n; i++) {
+    asks.push(held(key, resource, did(i)));
+    await heldIn(key, resource, did(i));
+  }
+  return asks;
+}
+
 async function metrics(key) {
   const res = await fetch(`${base}/metrics`, { headers: { ...fresh, Authorization: `Bearer ${key}` } });
   assert.equal(res.status, 200);
@@ -77,24 +78,14 @@ async function metrics(key) {
   return out;
 }
 
-async function object(ws, route, init) {
-  const ns = await mf.getDurableObjectNamespace("WORKSPACES");
-  const res = await ns.get(ns.idFromName(ws)).fetch(`https://workspace${route}`, init);
-  const body = await res.json();
-  assert.equal(res.status, 200, `${route}: ${JSON.stringify(body)}`);
-  return body;
-}
+const object = (ws, route, init) => objectJSON(mf, ws, route, init);
 
 test("ten held requests on one resource are granted one after another in queue order", async () => {
   const key = await createWorkspace(base, ADMIN, "ten");
   const r = "lock:ten";
   assert.equal((await call(LEASE, key, { resource: r, actorDid: did("holder") })).status, 200);
   const before = await metrics(key);
-  const asks = [];
-  for (let i = 0; i < 10; i++) {
-    asks.push(held(key, r, did(i)));
-    await heldIn(key, r, did(i));
-  }
+  const asks = await heldQueue(key, r, 10);
   const m0 = await metrics(key);
   assert.equal(m0.leaseplane_held_requests, 10);
   assert.equal(m0['leaseplane_commands_total{op="acquire"}'], 11, "one acquire step per request, none on their behalf");
@@ -122,11 +113,7 @@ test("no storm: while three requests are held and nothing changes, no command is
   const key = await createWorkspace(base, ADMIN, "calm");
   const r = "lock:calm";
   assert.equal((await call(LEASE, key, { resource: r, actorDid: did("holder") })).status, 200);
-  const asks = [];
-  for (let i = 0; i < 3; i++) {
-    asks.push(held(key, r, did(i)));
-    await heldIn(key, r, did(i));
-  }
+  const asks = await heldQueue(key, r, 3);
   const m0 = await metrics(key);
   assert.equal(m0.leaseplane_held_requests, 3);
   // Twenty reads of the queues while the three are held: the only

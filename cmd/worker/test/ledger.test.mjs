@@ -8,22 +8,14 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { start, createWorkspace, createKey, root, fresh } from "../miniflare.mjs";
+import { startIn, stop, objectJSON } from "./local.mjs";
 
 const ADMIN = "admin-secret-for-ledger-tests";
 let dataDir, mf, base;
-
-before(async () => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "leaseplane-worker-ledger-"));
-  ({ mf, url: base } = await start({ dataDir, port: 0, adminSecret: ADMIN, testClock: true }));
-});
-
-after(async () => {
-  await mf?.dispose();
-  fs.rmSync(dataDir, { recursive: true, force: true });
-});
+before(async () => ({ dataDir, mf, base } = await startIn("ledger", ADMIN)));
+after(() => stop(mf, dataDir));
 
 async function post(route, key, body) {
   const res = await fetch(base + route, { method: "POST", headers: { ...fresh, Authorization: `Bearer ${key}` }, body: JSON.stringify(body) });
@@ -46,13 +38,7 @@ async function entries(key) {
   }
 }
 
-async function objectJSON(workspace, route, init) {
-  const ns = await mf.getDurableObjectNamespace("WORKSPACES");
-  const res = await ns.get(ns.idFromName(workspace)).fetch(`https://workspace${route}`, init);
-  const body = await res.json();
-  assert.equal(res.status, 200, `${route}: ${JSON.stringify(body)}`);
-  return body;
-}
+const object = (workspace, route, init) => objectJSON(mf, workspace, route, init);
 
 const leaseplane = path.join(root, "bin", "leaseplane");
 
@@ -86,8 +72,8 @@ test("grants, renewals, releases, lapses and revocations are entries in order; r
   assert.match(first.type, /^text\/plain/);
   assert.equal(first.text.split("\n")[1], "7", `the first checkpoint covers the 7 entries so far:\n${first.text}`);
   // lock:2 lapses by the alarm, with nobody asking.
-  const st = await objectJSON("sealed", "/test/state");
-  await objectJSON("sealed", `/test/clock?advanceMs=${g2.json.lease.expiresAtMs - st.nowMs - 200}`, { method: "POST" });
+  const st = await object("sealed", "/test/state");
+  await object("sealed", `/test/clock?advanceMs=${g2.json.lease.expiresAtMs - st.nowMs - 200}`, { method: "POST" });
   let es;
   for (let i = 0; i < 200; i++) {
     await new Promise((r) => setTimeout(r, 100));
@@ -204,7 +190,7 @@ test("the entries are kept 32 to a row, packed as the server packs them; every o
     assert.equal(e.event.type, i % 2 === 0 ? "coordination.lease" : "coordination.release");
     assert.equal(e.event.resource, `lock:row/${Math.floor(i / 2)}`);
   });
-  const st = await objectJSON("rows", "/test/state");
+  const st = await object("rows", "/test/state");
   assert.deepEqual(st.ledger, { entries: 80, rows: 3 }, "80 entries in rows 0-31, 32-63 and 64-79");
   for (const id of [grants[0], grants[20], grants[39]]) {
     const r = await get(`/api/v1/ledger/receipt?leaseId=${id}`, key);
@@ -216,7 +202,7 @@ test("the entries are kept 32 to a row, packed as the server packs them; every o
 
 test("with the ledger's writes failing, leases are still granted; after, the ledger holds every event once", async () => {
   const key = await createWorkspace(base, ADMIN, "outage");
-  const fault = (on) => objectJSON("outage", `/test/ledger-fault?on=${on ? 1 : 0}`, { method: "POST" });
+  const fault = (on) => object("outage", `/test/ledger-fault?on=${on ? 1 : 0}`, { method: "POST" });
   const a = "did:web:o.example:agent:a";
   assert.equal((await post("/api/v1/acp/coordination/lease", key, { resource: "lock:before", actorDid: a })).status, 200);
   await fault(true);
