@@ -9,10 +9,31 @@ import (
 )
 
 // ticket is the promise of one command's commit: done closes when the
-// transaction that holds it has committed or failed (err).
+// transaction that holds it has committed or failed (err). A lazy ticket
+// is a command whose answer no one waits for (see lazy): whoever blocks
+// on it calls wait, which asks the committer to commit now.
 type ticket struct {
 	done chan struct{}
 	err  error
+	urge chan struct{} // the committer's, for a lazy ticket; nil otherwise
+}
+
+// wait blocks until t's commit is done and reports its failure; on a lazy
+// ticket it first asks the committer not to hold the commit back.
+func (t *ticket) wait() error {
+	if t.urge != nil {
+		select {
+		case <-t.done:
+			return t.err
+		default:
+		}
+		select {
+		case t.urge <- struct{}{}:
+		default: // already asked
+		}
+	}
+	<-t.done
+	return t.err
 }
 
 type pending struct {
@@ -21,6 +42,7 @@ type pending struct {
 	rec    store.Record
 	events []kernel.Event
 	t      *ticket
+	lazy   bool
 }
 
 // committer is the one writer of the command log: it takes every
@@ -29,7 +51,11 @@ type pending struct {
 type committer struct {
 	s    *Server
 	in   chan pending
+	urge chan struct{} // a lazy ticket is waited for: commit now
 	done chan struct{}
+	// lazyDelay bounds how long lazy commands wait for a commit to join
+	// (tests set it before the first command).
+	lazyDelay time.Duration
 }
 
 const maxBatch = 1024
@@ -37,16 +63,30 @@ const maxBatch = 1024
 var errStale = errors.New("an earlier command of this workspace failed to commit, so this one was not kept; retry")
 
 func newCommitter(s *Server) *committer {
-	return &committer{s: s, in: make(chan pending, 4096), done: make(chan struct{})}
+	return &committer{s: s, in: make(chan pending, 4096), urge: make(chan struct{}, 1), done: make(chan struct{}), lazyDelay: lazyDelay}
 }
 
 // enqueue hands a changed command to the committer; the caller holds the
 // workspace's lock, so the order is the order of application.
-func (c *committer) enqueue(ws *workspace, gen uint64, rec store.Record, events []kernel.Event) *ticket {
+//
+// lazy marks a command whose commit no answer waits for: a held acquire
+// that made an ask and answered nothing (its request is answered only by
+// a later step, whose commit, coming after it in the log, makes it
+// durable too), with no events. Its commit is not started for it alone:
+// it joins the next commit that someone waits for, or goes after
+// lazyDelay, or at once when its ticket is waited for (ticket.wait). So
+// a release does not find a commit under way that only held asks need.
+func (c *committer) enqueue(ws *workspace, gen uint64, rec store.Record, events []kernel.Event, lazy bool) *ticket {
 	t := &ticket{done: make(chan struct{})}
-	c.in <- pending{ws: ws, gen: gen, rec: rec, events: events, t: t}
+	if lazy {
+		t.urge = c.urge
+	}
+	c.in <- pending{ws: ws, gen: gen, rec: rec, events: events, t: t, lazy: lazy}
 	return t
 }
+
+// lazyDelay bounds how long a lazy command waits for a commit to join.
+const lazyDelay = 2 * time.Millisecond
 
 // stop commits what is queued and ends the committer; no enqueue may
 // follow.
@@ -69,6 +109,9 @@ func (c *committer) run() {
 		}
 		var closed bool
 		batch, closed = c.collect(append(batch[:0], p), maxBatch, nil)
+		if !closed && allLazy(batch) {
+			batch, closed = c.holdLazy(batch, timer)
+		}
 		// Group commit delay: the clients the last commit answered are
 		// likely to send their next command at once. Waiting a little for
 		// them (at most half the last commit's time, and never more than
@@ -78,18 +121,58 @@ func (c *committer) run() {
 		if want := len(batch) + answered; !closed && answered > 1 && len(batch) < want && lastDur > 0 {
 			timer.Reset(min(lastDur/2, maxCommitDelay))
 			batch, closed = c.collect(batch, min(want, maxBatch), timer.C)
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			stopTimer(timer)
 		}
 		start := time.Now()
 		answered = c.commit(batch)
 		lastDur = time.Since(start)
 		if closed {
 			return
+		}
+	}
+}
+
+// allLazy reports whether no command of batch is waited for.
+func allLazy(batch []pending) bool {
+	for _, p := range batch {
+		if !p.lazy {
+			return false
+		}
+	}
+	return true
+}
+
+// holdLazy holds back a batch of lazy commands (enqueue) until a command
+// that is waited for arrives, a lazy ticket is waited for, or lazyDelay
+// passes; it adds what arrives meanwhile.
+func (c *committer) holdLazy(batch []pending, timer *time.Timer) (_ []pending, closed bool) {
+	timer.Reset(c.lazyDelay)
+	defer stopTimer(timer)
+	for len(batch) < maxBatch {
+		select {
+		case p, ok := <-c.in:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, p)
+			if !p.lazy {
+				return c.collect(batch, maxBatch, nil)
+			}
+		case <-c.urge:
+			return c.collect(batch, maxBatch, nil)
+		case <-timer.C:
+			return c.collect(batch, maxBatch, nil)
+		}
+	}
+	return batch, false
+}
+
+// stopTimer stops t and drains a fire that came meanwhile.
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
 		}
 	}
 }
@@ -126,7 +209,8 @@ func (c *committer) collect(batch []pending, n int, wait <-chan time.Time) (_ []
 const maxCommitDelay = time.Millisecond
 
 // commit writes batch in one transaction and answers its commands; it
-// returns how many it answered with success.
+// returns how many of those waited for (not lazy) it answered with
+// success.
 func (c *committer) commit(batch []pending) int {
 	m := c.s.metrics
 	// Drop commands applied on a machine that a failed commit has since
@@ -176,8 +260,12 @@ func (c *committer) commit(batch []pending) int {
 		// change can already see its event on a stream.
 		c.s.hub.publish(p.rec.Workspace, p.rec.Seq, p.events)
 	}
+	urgent := 0
 	for _, p := range batch {
 		close(p.t.done)
+		if !p.lazy {
+			urgent++
+		}
 	}
 	if c.s.ledger == nil {
 		// Without a ledger, the events table keeps the events; with one,
@@ -189,7 +277,7 @@ func (c *committer) commit(batch []pending) int {
 			}
 		}
 	}
-	return len(batch)
+	return urgent
 }
 
 // eventSink writes kernel events to the events table from a bounded queue

@@ -64,7 +64,7 @@ func (s *Server) recordEvent(wsID int64, event []byte) error {
 	rec := store.Record{Workspace: ws.id, Seq: ws.seq, NowMs: s.nowMs(), Op: HostOp, Body: []byte("{}"), Status: 200, Events: events,
 		Semantics: kernel.Semantics}
 	ws.sinceSnap++
-	t := s.commit.enqueue(ws, ws.loaded, rec, list)
+	t := s.commit.enqueue(ws, ws.loaded, rec, list, false)
 	ws.last = t
 	ws.mu.Unlock()
 	<-t.done

@@ -122,47 +122,70 @@ func (s *Server) runHeld(ctx context.Context, k store.Key, c kernel.Command, bod
 	}
 	ws.mu.Unlock()
 	s.life.RUnlock()
-	err = a.wait()
-	// Counted once, with the status of its answer (the held ask's, when
-	// it made one) and the time to its own step's durable answer.
-	stepped := time.Since(start)
-	defer func() { s.metrics.observe(kernel.OpAcquire, rep.status, stepped) }()
-	if err != nil {
-		if p != nil {
-			ws.mu.Lock()
-			if ws.parked[askID] == p {
-				delete(ws.parked, askID) // the machine is stale: its reload ends the ask
-			}
-			ws.mu.Unlock()
-		}
-		return unavailable(err), nil
-	}
-	var h heldAnswer
 	if p == nil {
-		h = heldAnswer{ans: kernel.AskAnswer{Status: a.rd.Status, RetryAfterSec: a.rd.RetryAfterSec, Answer: a.rd.Answer}}
-		if a.rd.Status == 200 {
-			h.leaseID = grantedLease(a.rd.Events, c.Resource, c.ActorDid)
+		return s.heldAnsweredAt(start, hctx, ws, c, a)
+	}
+	// The ask's own step answers nothing: its commit is waited for beside
+	// the answer, not before it (the step that answers the ask commits
+	// after it, so that answer's commit covers it too), and a failure of
+	// it ends the request.
+	var h heldAnswer
+	var own <-chan struct{} // nil: no commit of its own to wait for
+	if a.ticket != nil {
+		own = a.ticket.done
+	}
+	stepped := time.Duration(-1)
+	defer func() {
+		if stepped < 0 {
+			stepped = time.Since(start)
 		}
-	} else {
+		// Counted once, with the status of its answer and the time to its
+		// own step's durable answer.
+		s.metrics.observe(kernel.OpAcquire, rep.status, stepped)
+	}()
+wait:
+	for {
 		select {
+		case <-own:
+			own, stepped = nil, time.Since(start)
+			if err := a.ticket.err; err != nil {
+				ws.mu.Lock()
+				if ws.parked[askID] == p {
+					delete(ws.parked, askID) // the machine is stale: its reload ends the ask
+				}
+				ws.mu.Unlock()
+				return unavailable(err), nil
+			}
 		case h = <-p.ch:
+			if stepped < 0 {
+				stepped = time.Since(start)
+			}
+			break wait
 		case <-hctx.Done():
 			h, ok = s.abandon(ws, askID, p)
 			if !ok {
 				return s.gone(hctx), nil
 			}
+			break wait
 		case <-s.draining:
 			if h, ok = s.abandon(ws, askID, p); !ok {
 				return unavailable(errShutdown), nil
 			}
-		}
-		if h.err != nil {
-			return unavailable(h.err), nil
-		}
-		if err := (applied{ticket: h.ticket}).wait(); err != nil {
-			return unavailable(err), nil
+			break wait
 		}
 	}
+	if h.err != nil {
+		return unavailable(h.err), nil
+	}
+	if err := (applied{ticket: h.ticket}).wait(); err != nil {
+		return unavailable(err), nil
+	}
+	return s.deliverHeld(hctx, ws, c, h)
+}
+
+// deliverHeld is the reply of a held acquire answered h, durable now,
+// and for a grant the lease to release if writing it fails.
+func (s *Server) deliverHeld(hctx context.Context, ws *workspace, c kernel.Command, h heldAnswer) (reply, *heldGrant) {
 	var g *heldGrant
 	if h.leaseID != "" {
 		g = &heldGrant{ws: ws, resource: c.Resource, actor: c.ActorDid, leaseID: h.leaseID}
@@ -176,6 +199,22 @@ func (s *Server) runHeld(ctx context.Context, k store.Key, c kernel.Command, bod
 		return s.gone(hctx), nil
 	}
 	return reply{status: h.ans.Status, retryAfter: h.ans.RetryAfterSec, answer: h.ans.Answer}, g
+}
+
+// heldAnsweredAt is a held acquire whose own step answered it (a grant,
+// a refusal other than lease_held, or a failure): its answer once durable.
+func (s *Server) heldAnsweredAt(start time.Time, hctx context.Context, ws *workspace, c kernel.Command, a applied) (rep reply, _ *heldGrant) {
+	err := a.wait()
+	stepped := time.Since(start)
+	defer func() { s.metrics.observe(kernel.OpAcquire, rep.status, stepped) }()
+	if err != nil {
+		return unavailable(err), nil
+	}
+	h := heldAnswer{ans: kernel.AskAnswer{Status: a.rd.Status, RetryAfterSec: a.rd.RetryAfterSec, Answer: a.rd.Answer}}
+	if a.rd.Status == 200 {
+		h.leaseID = grantedLease(a.rd.Events, c.Resource, c.ActorDid)
+	}
+	return s.deliverHeld(hctx, ws, c, h)
 }
 
 // gone is the answer to a held request whose context ended: 401 when its

@@ -447,3 +447,39 @@ func BenchmarkHeldGrantAfterRelease(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-release-to-grant")
 }
+
+// TestHeldAskCommitsLazily: the step that only makes a held ask starts no
+// commit of its own (it answers no one); a read that must see it (wait)
+// has it committed at once, and the release that grants the ask is
+// answered as usual. Counted from /metrics, with the committer's bound on
+// holding lazy commands back set to an hour.
+func TestHeldAskCommitsLazily(t *testing.T) {
+	p := newHeldPlane(t)
+	p.s.commit.lazyDelay = time.Hour
+	const res = "lock:lazy"
+	p.must("POST", api.PathLease, acquireBody(res, "did:web:a"), 200)
+	logged := p.metric("leaseplane_commands_logged_total")
+	commits := p.metric("leaseplane_commit_batch_commands_count")
+	out := make(chan heldOutcome, 1)
+	go func() {
+		st, b, err := p.send(context.Background(), "POST", api.PathLease+"?waitUpToMs=30000", acquireBody(res, "did:web:b"))
+		out <- heldOutcome{"did:web:b", st, b, err}
+	}()
+	until(t, "b's held acquire logged", func() bool { return p.metric("leaseplane_commands_logged_total") == logged+1 })
+	if n := p.metric("leaseplane_commit_batch_commands_count"); n != commits {
+		t.Fatalf("commits went from %d to %d for a held ask alone; want none", commits, n)
+	}
+	if got := p.heldUntil(res, "did:web:b"); got <= 0 { // wait: its answer waits for the ask's commit
+		t.Fatalf("b's heldUntilMs in wait = %d; want its ask held", got)
+	}
+	if n := p.metric("leaseplane_commit_batch_commands_count"); n != commits+1 {
+		t.Fatalf("commits after wait = %d; want %d (the ask's, asked for by wait)", n, commits+1)
+	}
+	if n := countOp(p.logged(), kernel.OpAcquire); n != 2 {
+		t.Fatalf("acquires in the log = %d; want 2 (a's grant, b's held ask)", n)
+	}
+	p.must("POST", api.PathRelease, acquireBody(res, "did:web:a"), 200)
+	if o := next(t, out, "b's held acquire"); o.err != nil || o.status != 200 || leaseHolder(t, o.body) != "did:web:b" {
+		t.Fatalf("b's held acquire: %d %s %v; want b's grant", o.status, o.body, o.err)
+	}
+}

@@ -321,7 +321,10 @@ func (s *Server) stepLocked(ws *workspace, c kernel.Command, body []byte) applie
 				ws.snapBytes = len(snap)
 			}
 		}
-		t := s.commit.enqueue(ws, ws.loaded, rec, rd.Events)
+		// A step that only made a held ask is answered by a later step:
+		// its commit need not start for it alone (committer.enqueue).
+		lazy := rd.AskID != "" && len(rd.Answers) == 0 && len(rd.Events) == 0 && snap == nil
+		t := s.commit.enqueue(ws, ws.loaded, rec, rd.Events, lazy)
 		s.metrics.logged.Add(1)
 		if snap != nil {
 			// Written by the snapshotter once this command has committed,
@@ -346,8 +349,7 @@ func (a applied) wait() error {
 		return a.err
 	}
 	if a.ticket != nil {
-		<-a.ticket.done
-		return a.ticket.err
+		return a.ticket.wait()
 	}
 	return nil
 }
