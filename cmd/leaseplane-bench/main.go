@@ -91,13 +91,17 @@ type daemonPIDer interface{ daemonPID() int }
 // commitStatser is a target that can tell its commit counters.
 type commitStatser interface{ commitStats() commitStats }
 
-// commitStats are the plane's group-commit counters, from /metrics.
+// commitStats are the plane's group-commit counters, from /metrics, and
+// its time answering releases (from a release's arrival to its durable
+// answer).
 type commitStats struct {
 	commits, commands, seconds float64
+	releases, releaseSeconds   float64
 }
 
 func (a commitStats) minus(b commitStats) commitStats {
-	return commitStats{a.commits - b.commits, a.commands - b.commands, a.seconds - b.seconds}
+	return commitStats{a.commits - b.commits, a.commands - b.commands, a.seconds - b.seconds,
+		a.releases - b.releases, a.releaseSeconds - b.releaseSeconds}
 }
 
 // result is one workload's figures on one target in one run.
@@ -111,6 +115,7 @@ type result struct {
 	firstErr         error
 	pairLat          []time.Duration // ask to released, per pair
 	grantLat         []time.Duration // ask to granted, per pair
+	handoff          handoff         // queue workload: where a handoff's time goes
 	commits          commitStats
 	cpu              time.Duration // this process and the target's daemon
 	daemonCPU        time.Duration // of which the target's daemon (its server process)
@@ -524,6 +529,7 @@ func measure(t target, workload string, polled bool, clients int, sp span) (resu
 		errors            int64
 		firstErr          error
 		pairLat, grantLat []time.Duration
+		marks             []mark
 	}
 	parts := make([]part, len(ws))
 	var counted atomic.Int64 // pairs counted so far, with sp.pairs
@@ -558,6 +564,7 @@ func measure(t target, workload string, polled bool, clients int, sp span) (resu
 				if workload == "queue" {
 					time.Sleep(queueHoldMs * time.Millisecond)
 				}
+				tr := time.Now()
 				// The release runs to its end even when the run stops, so no
 				// lock outlives it.
 				if err := w.release(context.WithoutCancel(ctx), res); err != nil {
@@ -579,6 +586,9 @@ func measure(t target, workload string, polled bool, clients int, sp span) (resu
 				for range per {
 					p.pairLat = append(p.pairLat, t2.Sub(t0))
 					p.grantLat = append(p.grantLat, t1.Sub(t0))
+				}
+				if workload == "queue" {
+					p.marks = append(p.marks, mark{res: res, granted: t1, released: tr})
 				}
 			}
 		}()
@@ -610,7 +620,9 @@ func measure(t target, workload string, polled bool, clients int, sp span) (resu
 		r.commits = st.commitStats().minus(before)
 	}
 	wg.Wait()
+	var marks []mark
 	for _, p := range parts {
+		marks = append(marks, p.marks...)
 		r.pairs += p.pairs
 		r.made += p.made
 		r.errors += p.errors
@@ -622,6 +634,7 @@ func measure(t target, workload string, polled bool, clients int, sp span) (resu
 	}
 	slices.Sort(r.pairLat)
 	slices.Sort(r.grantLat)
+	r.handoff = handoffOf(marks)
 	if r.pairs == 0 && r.firstErr != nil {
 		return r, r.firstErr
 	}
@@ -629,6 +642,52 @@ func measure(t target, workload string, polled bool, clients int, sp span) (resu
 		return r, fmt.Errorf("%d of %d pairs within %s (%d errors)", r.pairs, sp.pairs, sp.dur, r.errors)
 	}
 	return r, nil
+}
+
+// mark is one counted pair of the queue workload: its resource, when its
+// grant was received and when its release was sent.
+type mark struct {
+	res               string
+	granted, released time.Time
+}
+
+// handoff is where the time between two grants on one resource goes, in
+// the queue workload: hold, from a grant received to its release sent
+// (the 1 ms of work and the sleep's overshoot), and gap, from a release
+// sent to the next grant on that resource received (the release's trip,
+// the commit, the grant's trip; for polling clients, the wait for the
+// next poll too). Means over the measured span.
+type handoff struct {
+	hold, gap time.Duration
+	gaps      int
+}
+
+// handoffOf measures handoffs from the pairs' marks: on each resource, in
+// grant order, the gap between a release sent and the next grant received.
+func handoffOf(marks []mark) handoff {
+	byRes := map[string][]mark{}
+	for _, m := range marks {
+		byRes[m.res] = append(byRes[m.res], m)
+	}
+	var h handoff
+	var hold, gap time.Duration
+	for _, ms := range byRes {
+		slices.SortFunc(ms, func(a, b mark) int { return a.granted.Compare(b.granted) })
+		for i, m := range ms {
+			hold += m.released.Sub(m.granted)
+			if i+1 < len(ms) && ms[i+1].granted.After(m.released) {
+				gap += ms[i+1].granted.Sub(m.released)
+				h.gaps++
+			}
+		}
+	}
+	if len(marks) > 0 {
+		h.hold = hold / time.Duration(len(marks))
+	}
+	if h.gaps > 0 {
+		h.gap = gap / time.Duration(h.gaps)
+	}
+	return h
 }
 
 // cpuTime is the CPU time (user + system) used so far by this process and
@@ -712,6 +771,8 @@ type summary struct {
 	xEtcd, xRedis         float64 // median of the runs' ratios; 0 when there is no peer
 	commitsPerSec, perCmt float64
 	msPerCommit           float64
+	hold, gap             time.Duration // queue: a handoff's parts (handoff)
+	msPerRelease          float64       // the plane's time per release, arrival to durable answer
 }
 
 // median is the middle value of xs (the mean of the two middle ones for
@@ -764,8 +825,8 @@ func summarize(all []result, runs int) map[string][]summary {
 	}
 	for _, k := range order {
 		s := byKey[k]
-		var pps, cps, per, ms, xe, xr []float64
-		var p50, p99, mx, cpu, dcpu []time.Duration
+		var pps, cps, per, ms, rel, xe, xr []float64
+		var p50, p99, mx, cpu, dcpu, hold, gap []time.Duration
 		for _, r := range s.runs {
 			pps = append(pps, r.pairsPerSec())
 			l := r.latency()
@@ -779,6 +840,12 @@ func summarize(all []result, runs int) map[string][]summary {
 				cps = append(cps, c.commits/r.elapsed.Seconds())
 				per = append(per, c.commands/c.commits)
 				ms = append(ms, 1000*c.seconds/c.commits)
+			}
+			if c := r.commits; c.releases > 0 {
+				rel = append(rel, 1000*c.releaseSeconds/c.releases)
+			}
+			if r.handoff.gaps > 0 {
+				hold, gap = append(hold, r.handoff.hold), append(gap, r.handoff.gap)
 			}
 			ratio := func(name string) (float64, bool) {
 				ps := peer[key{k.workload, name}]
@@ -799,6 +866,7 @@ func summarize(all []result, runs int) map[string][]summary {
 		s.daemonCPU = medianDur(dcpu)
 		s.xEtcd, s.xRedis = median(xe), median(xr)
 		s.commitsPerSec, s.perCmt, s.msPerCommit = median(cps), median(per), median(ms)
+		s.hold, s.gap, s.msPerRelease = medianDur(hold), medianDur(gap), median(rel)
 		out[k.workload] = append(out[k.workload], *s)
 	}
 	return out
@@ -838,6 +906,17 @@ func printTable(w io.Writer, workload string, ss []summary, runs int) {
 			fmt.Fprintf(w, "%-*s %.0f commits/s, %.1f commands per commit, %.2f ms per commit\n", width, s.target,
 				s.commitsPerSec, s.perCmt, s.msPerCommit)
 		}
+	}
+	for _, s := range ss {
+		if s.gap <= 0 {
+			continue
+		}
+		line := fmt.Sprintf("%-*s handoff: %s = %s from a grant received to its release sent (%d ms of work) + %s from a release sent to the next grant received",
+			width, s.target, fmtDur(s.hold+s.gap), fmtDur(s.hold), queueHoldMs, fmtDur(s.gap))
+		if s.msPerRelease > 0 {
+			line += fmt.Sprintf(" (the plane answers a release in %.2f ms)", s.msPerRelease)
+		}
+		fmt.Fprintln(w, line)
 	}
 	if runs > 1 {
 		for _, s := range ss {

@@ -32,7 +32,7 @@ func table(out, workload string) [][]string {
 			in = true
 		case line == "":
 			in = false
-		case in && !strings.HasPrefix(line, "target ") && !strings.Contains(line, "commits/s") && !strings.Contains(line, " by run: ") && !strings.Contains(line, " CPU per pair: "):
+		case in && !strings.HasPrefix(line, "target ") && !strings.Contains(line, "commits/s") && !strings.Contains(line, " by run: ") && !strings.Contains(line, " CPU per pair: ") && !strings.Contains(line, " handoff: "):
 			rows = append(rows, strings.Fields(line))
 		}
 	}

@@ -181,9 +181,11 @@ func (t *inProcessPlane) close() error {
 func (t *planeConn) commitStats() commitStats {
 	m := t.metrics()
 	return commitStats{
-		commits:  m["leaseplane_commit_batch_commands_count"],
-		commands: m["leaseplane_commit_batch_commands_sum"],
-		seconds:  m["leaseplane_commit_duration_seconds_sum"],
+		commits:        m["leaseplane_commit_batch_commands_count"],
+		commands:       m["leaseplane_commit_batch_commands_sum"],
+		seconds:        m["leaseplane_commit_duration_seconds_sum"],
+		releases:       m[`leaseplane_request_duration_seconds_count{op="release"}`],
+		releaseSeconds: m[`leaseplane_request_duration_seconds_sum{op="release"}`],
 	}
 }
 
