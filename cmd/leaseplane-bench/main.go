@@ -205,6 +205,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	batch := fs.Int("batch", 0, "prototype, spread only: each leaseplane client is an orchestrator for B agents and sends their acquires, then their releases, in one request each (--clients/B orchestrators); needs a server with the prototype batch route, which the product does not have (docs/BENCHMARKS.md)")
 	h2c := fs.Int("h2c", 0, "prototype: leaseplane's clients share N HTTP/2 connections without TLS (prior knowledge) instead of one HTTP/1.1 connection each; needs a server that speaks h2c, which the product does not today (docs/BENCHMARKS.md)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the first leaseplane target's first workload (spread by default) in the first run to this file: of the server process (its serve --cpuprofile), or with --in-process of this process (server and load generator)")
+	model := fs.Bool("model", false, "instead of measuring, run the queue workload against the kernel in virtual time (held and polled) with the latencies below, and print its pairs/s: the ceiling of each way of waiting under the kernel's rules (docs/BENCHMARKS.md)")
+	modelOneway := fs.Duration("model-oneway", 100*time.Microsecond, "--model: a request's or an answer's trip")
+	modelCommit := fs.Duration("model-commit", 500*time.Microsecond, "--model: how long a logged command's answer waits for its commit")
+	modelHold := fs.Duration("model-hold", 1100*time.Microsecond, "--model: from a grant received to its release sent (the 1 ms of work and a sleep's overshoot)")
+	modelSeed := fs.Uint64("model-seed", 0, "--model: 0 for the latencies exactly; else each one drawn uniform over ½–1½ times its value, from this seed")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, help)
 		fmt.Fprintln(stderr, "\nflags:")
@@ -265,6 +270,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *batch < 0 || *batch > *clients || (*batch > 0 && (*rawClient || *workloads != "spread" || *clients%*batch != 0)) {
 		fmt.Fprintf(stderr, "leaseplane-bench: --batch %d: want 0, or a divisor of --clients with --workloads spread (not with --raw-client)\n", *batch)
 		return exitUsage
+	}
+	if *model {
+		o := modelOpts{clients: *clients, oneway: *modelOneway, commit: *modelCommit, hold: *modelHold, measured: *dur,
+			jitter: *modelSeed != 0, seed: *modelSeed}
+		if o.oneway < 0 || o.commit < 0 || o.hold < 0 {
+			fmt.Fprintln(stderr, "leaseplane-bench: --model-oneway, --model-commit, --model-hold: want durations of 0 or more")
+			return exitUsage
+		}
+		if err := printModel(stdout, o); err != nil {
+			fmt.Fprintf(stderr, "leaseplane-bench: model: %v\n", err)
+			return exitFailed
+		}
+		return exitOK
 	}
 	if *serverBin != "" && *inProcess {
 		fmt.Fprintln(stderr, "leaseplane-bench: --server-binary and --in-process: choose one")
