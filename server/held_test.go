@@ -333,6 +333,30 @@ func TestHeldGrantUndelivered(t *testing.T) {
 	}
 }
 
+// TestHeldGrantOneWrite: a held grant, flushed to learn whether its client
+// is still there, carries its length rather than going chunked (whose end
+// would be a second write on the connection).
+func TestHeldGrantOneWrite(t *testing.T) {
+	p := newHeldPlane(t)
+	req, err := http.NewRequest("POST", p.url+api.PathLease+"?waitUpToMs=30000", strings.NewReader(acquireBody("lock:a", "did:example:a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+p.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("held acquire: %d %s %v; want 200", resp.StatusCode, b, err)
+	}
+	if len(resp.TransferEncoding) != 0 || resp.ContentLength != int64(len(b)) {
+		t.Fatalf("held grant: Transfer-Encoding %q, Content-Length %d for %d bytes; want no encoding and the length", resp.TransferEncoding, resp.ContentLength, len(b))
+	}
+}
+
 // TestHeldRequestEnds: a held request's ask answered at its untilMs
 // (lease_held); a deadlock answered at once; the caller's own release ends
 // its ask (409 cancelled); shutting down answers what is held 503.

@@ -140,6 +140,12 @@ func (s *Server) leaseRoute(rt api.Route) func(w http.ResponseWriter, r *http.Re
 	return func(w http.ResponseWriter, r *http.Request, k store.Key, q api.Query, body []byte) {
 		start := time.Now()
 		rep, g := s.leaseReply(r, k, rt, q, body)
+		if g != nil {
+			// Flushed before the handler returns, the answer would go
+			// chunked, its end in a second write; with its length it is
+			// one write, and the flush's error still says the client went.
+			w.Header()["Content-Length"] = []string{strconv.Itoa(len(rep.answer))}
+		}
 		writeReply(w, rep)
 		if g != nil && (r.Context().Err() != nil || http.NewResponseController(w).Flush() != nil) {
 			s.releaseUndelivered(g)
