@@ -147,3 +147,53 @@ func BenchmarkWrite(b *testing.B) {
 		b.Fatalf("ledger has %d entries, want %d", got, b.N)
 	}
 }
+
+// BenchmarkWriteBatches is the writer's append alone at a fixed batch size:
+// batches of B commands (half grants, half releases, as spread's pairs make
+// them, on 64 agents' resources), each one write: one transaction of
+// ledger.db. The writer's gathering sets B under load (about the commands
+// committed in one gatherDelay); CPU per entry, by B.
+func BenchmarkWriteBatches(b *testing.B) {
+	for _, size := range []int{50, 250, 1000} {
+		b.Run("commands="+strconv.Itoa(size), func(b *testing.B) {
+			dir, st := openStore(b)
+			l, err := New(Config{Store: st, DataDir: dir})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Workspace(1, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			l.write(nil) // the empty log caught up
+			w := l.get(1)
+			batches := make([][]item, b.N)
+			seq := int64(0)
+			for i := range batches {
+				for range size {
+					seq++
+					pair := seq / 2
+					res := "lock:bench/spread/" + strconv.FormatInt(pair%64, 10) + "/" + strconv.FormatInt(pair%8, 10)
+					typ := "coordination.lease"
+					if seq%2 == 1 {
+						typ = "coordination.release"
+					}
+					ev := `{"type":"` + typ + `","atMs":` + strconv.FormatInt(1800000000000+seq, 10) + `,"resource":"` + res +
+						`","class":"exclusive","actorDid":"did:bench:client:` + strconv.FormatInt(pair%64, 10) + `","leaseId":"` +
+						kernel.LeaseID(res, pair+1) + `","fence":` + strconv.FormatInt(pair+1, 10) +
+						`,"mode":"write","expiresAtMs":` + strconv.FormatInt(1800000030000+seq, 10) + `,"trustDelta":0}`
+					batches[i] = append(batches[i], item{ws: w, seq: seq, events: []kernel.Event{{Type: typ, JSON: []byte(ev)}}})
+				}
+			}
+			cpu0 := cputime.Process(b)
+			b.ResetTimer()
+			for _, batch := range batches {
+				l.write(batch)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cputime.Process(b)-cpu0).Nanoseconds())/1e3/float64(b.N*size), "cpu-µs/entry")
+			if got := w.size(); got != int64(b.N*size) {
+				b.Fatalf("ledger has %d entries, want %d", got, b.N*size)
+			}
+		})
+	}
+}
