@@ -18,9 +18,16 @@ import (
 // rows.Size ever differs.
 const _ = uint(rows.Size-32) + uint(32-rows.Size)
 
-// Packers and readers keep a compressor's state: pooled, not made per row.
+// A Packer keeps a compressor's state (about a megabyte): one for the
+// process, kept, not pooled; a pool lost it at each collection, and the
+// ledger's writer, which packs once every write, made a new one about as
+// often. Packing is the writer's (and retention's), so one is enough.
+// Readers are smaller and read from many routes at once: pooled.
 var (
-	packers = sync.Pool{New: func() any { return new(rows.Packer) }}
+	packer struct {
+		sync.Mutex
+		p rows.Packer
+	}
 	readers = sync.Pool{New: func() any { return new(rows.Reader) }}
 )
 
@@ -31,9 +38,9 @@ func unpack(data []byte) ([]rows.Entry, error) {
 }
 
 func pack(es []rows.Entry) ([]byte, error) {
-	p := packers.Get().(*rows.Packer)
-	defer packers.Put(p)
-	return p.Pack(es)
+	packer.Lock()
+	defer packer.Unlock()
+	return packer.p.Pack(es)
 }
 
 // rowOf is the row of entry i: rows lie on multiples of rows.Size.
