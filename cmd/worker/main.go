@@ -43,11 +43,17 @@ func main() {
 var served atomic.Int64
 
 func handle(w http.ResponseWriter, r *http.Request) {
-	n := served.Add(1)
+	served.Add(1)
+	route(w, r)
+}
+
+// route answers one request: a client's, or a drill's (drills.go), which
+// goes through the same routes.
+func route(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	switch {
 	case path == "/healthz":
-		b := strconv.AppendInt([]byte(`{"ok":true,"tier":"workers","served":`), n, 10)
+		b := strconv.AppendInt([]byte(`{"ok":true,"tier":"workers","served":`), served.Load(), 10)
 		write(w, reply{status: 200, body: append(b, '}')})
 	case strings.HasPrefix(path, "/admin/v1/"):
 		write(w, admin(r))
@@ -58,6 +64,18 @@ func handle(w http.ResponseWriter, r *http.Request) {
 		write(w, ledgerRoute(r))
 	case path == api.PathWhoami || path == pathMetrics:
 		write(w, keyedGet(r, path))
+	case isDrillPath(path):
+		rt, ok := drillRoute(path)
+		if !ok {
+			write(w, refusal(404, "not_found", "no drill route "+path))
+			return
+		}
+		if !rt.Allows(r.Method) {
+			w.Header().Set("Allow", rt.Method)
+			write(w, fromAPI(api.MethodNotAllowed(rt, r.Method)))
+			return
+		}
+		write(w, drills(r, rt))
 	case path == pathMCP:
 		if r.Method != "POST" {
 			w.Header().Set("Allow", "POST")
@@ -394,17 +412,8 @@ func createKey(ks kvKeys, q url.Values) reply {
 // object hold its id (from then on the key works). A failure of either
 // leaves no working key, and the call can be repeated.
 func issueKey(ks kvKeys, workspace, role, agent string) reply {
-	id, key := newKey()
-	rec := keyRecord{id: id, workspace: workspace, role: role, agentDID: agent, hash: keyHash(key)}
-	if err := ks.Put(idName(id), rec.format()); err != nil {
-		return unavailable(err.Error())
-	}
-	q := url.Values{"id": {id}, "role": {role}}
-	if agent != "" {
-		q.Set("agentDid", agent)
-	}
-	if rep := toObject(workspace, "/keys/add?"+q.Encode(), nil, ""); rep.status != 200 {
-		ks.Delete(idName(id)) // best effort: an id the object does not hold works nowhere
+	id, key, rep := makeKey(ks, workspace, role, agent)
+	if rep.status != 200 {
 		return rep
 	}
 	b := append([]byte(nil), `{"ok":true,"workspace":`...)
@@ -420,6 +429,25 @@ func issueKey(ks kvKeys, workspace, role, agent string) reply {
 	b = append(b, `,"key":`...)
 	b = kernel.AppendQuote(b, key)
 	return reply{status: 200, body: append(b, '}')}
+}
+
+// makeKey makes a key of workspace: its record in KV, its id held by the
+// workspace's object. rep is 200 when it was made, else the refusal.
+func makeKey(ks kvKeys, workspace, role, agent string) (id, key string, rep reply) {
+	id, key = newKey()
+	rec := keyRecord{id: id, workspace: workspace, role: role, agentDID: agent, hash: keyHash(key)}
+	if err := ks.Put(idName(id), rec.format()); err != nil {
+		return "", "", unavailable(err.Error())
+	}
+	q := url.Values{"id": {id}, "role": {role}}
+	if agent != "" {
+		q.Set("agentDid", agent)
+	}
+	if rep := toObject(workspace, "/keys/add?"+q.Encode(), nil, ""); rep.status != 200 {
+		ks.Delete(idName(id)) // best effort: an id the object does not hold works nowhere
+		return "", "", rep
+	}
+	return id, key, reply{status: 200}
 }
 
 // revokeKey has the key's workspace object drop its id: from its answer

@@ -7,8 +7,9 @@ import { json, refusal, unavailable, prometheus, dec } from "./respond.mjs";
 
 // create makes the workspace. Once it has had a key it is refused
 // workspace_exists; before that, the same creation again is answered as
-// the first (its first key may have failed to be made).
-export async function create(ws, name, rules) {
+// the first (its first key may have failed to be made). A drill workspace
+// (drill: made by the front's drill runner) keeps a tape (drills.mjs).
+export async function create(ws, name, rules, drill = false) {
   if (ws.rules !== null) {
     if (ws.meta("keyed") === null && ws.meta("name") === name && ws.rules === dec.decode(rules)) {
       return json(200, { ok: true, verifier: ws.meta("ledger_verifier") });
@@ -26,6 +27,7 @@ export async function create(ws, name, rules) {
   const verifier = await ws.book.create(name, secret); // the origin never changes once made
   ws.setMeta("name", name);
   ws.setMeta("rules", dec.decode(rules));
+  if (drill) ws.setMeta("drill", 1);
   ws.load();
   return json(200, { ok: true, verifier });
 }

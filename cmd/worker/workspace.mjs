@@ -29,7 +29,7 @@
 // and sends its record here as POST /op/<op>. The other routes: /create,
 // /keys/add, /keys/revoke, /keyed/metrics and /test/* (routes.mjs, the
 // test routes only when the binding LEASEPLANE_TEST_CLOCK is "1"),
-// /keyed/whoami, /ledger/* (book.mjs) and /replay (the parity run).
+// /keyed/whoami, /ledger/* (book.mjs), /replay (the parity run), drills.mjs's.
 
 import { DurableObject } from "cloudflare:workers";
 import kernelModule from "./kernel.wasm";
@@ -37,6 +37,7 @@ import { Kernel } from "./kernel.mjs";
 import { Book } from "./book.mjs";
 import { replay } from "./replay.mjs";
 import { create, key, metrics, testRoute } from "./routes.mjs";
+import { initDrills, tape, drillsRoute } from "./drills.mjs";
 import { json, refusal, unavailable, answer, blob, jsonArray, enc, dec, EMPTY } from "./respond.mjs";
 
 const OPS = new Set(["acquire", "release", "wait", "suspend", "resume", "forget"]);
@@ -77,6 +78,7 @@ export class Workspace extends DurableObject {
     this.sql.exec(`CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
       seq INTEGER NOT NULL, data BLOB NOT NULL, version TEXT NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS keys (id TEXT PRIMARY KEY, role TEXT NOT NULL, agent_did TEXT)`);
+    initDrills(this); // this.drill is false until the log is replayed
     this.keys = new Map(this.sql.exec(`SELECT id, role, agent_did FROM keys`).toArray().map((k) => [k.id, k]));
     this.book = new Book(this.ctx, this.env, (k) => this.meta(k), (k, v) => this.setMeta(k, v));
     this.rules = this.meta("rules");
@@ -101,6 +103,7 @@ export class Workspace extends DurableObject {
     this.kernel = k;
     this.version = k.version();
     if (r !== null) this.arm(r.nextAlarm);
+    this.drill = this.meta("drill") !== null; // its tape has this cancel too (drills.mjs)
     this.step("cancel", null, body({}));
   }
 
@@ -150,7 +153,8 @@ export class Workspace extends DurableObject {
         req.signal?.addEventListener("abort", () => this.gone(r.askId), { once: true });
       });
     }
-    if (path === "/create") return create(this, q.get("name"), new Uint8Array(await req.arrayBuffer()));
+    if (path === "/create") return create(this, q.get("name"), new Uint8Array(await req.arrayBuffer()), q.get("drill") === "1");
+    if (/^\/(keyed\/drills|drills|drill)\//.test(path)) return drillsRoute(this, path, q, req);
     if (path === "/replay") return replay(req, kernelModule);
     if (!made) return absent();
     if (path === "/keys/add" || path === "/keys/revoke") return key(this, path.slice(6), q);
@@ -179,6 +183,7 @@ export class Workspace extends DurableObject {
       if (rec !== null) new DataView(rec.buffer, rec.byteOffset).setBigInt64(8, BigInt(now), true); // RecordNowOffset
       r = rec !== null ? this.kernel.stepRecord(rec) : this.kernel.stepBody(op, now, restBody);
       if (r.log) this.record(op, now, rec, restBody, r);
+      if (this.drill) tape(this, op, now, rec, restBody, r);
     } catch (err) {
       if (this.loading) throw err;
       console.error("workspace: command failed:", err && err.stack);

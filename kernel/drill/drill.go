@@ -10,7 +10,8 @@
 //
 // The expected answers are the native kernel's replay of the same
 // commands at the times the live run used (read from what the plane
-// applied, its tape), alarm ticks included where they fired: this package
+// applied, its tape), alarm ticks (and a host's own cancel {} on a
+// restart) included where they happened: this package
 // is the one place outside the kernel's hosts' engines that makes a
 // kernel.Machine, on purpose. A drill passes when every live answer
 // (status and body) and every event matches; otherwise its detail shows
@@ -356,8 +357,11 @@ func run(ctx context.Context, h Host, runID int64, d Drill) (res Result, err err
 		return fail(len(d.Scenario.Steps)-1, m)
 	}
 	res.Passed = true
-	res.Detail = strconv.Itoa(c.answers) + " answers and " + strconv.Itoa(c.alarms) + " alarm ticks matched the kernel's replay; " +
-		strconv.Itoa(c.logged) + " commands found in the durable log"
+	res.Detail = strconv.Itoa(c.answers) + " answers and " + strconv.Itoa(c.alarms) + " alarm ticks"
+	if c.cancels > 0 {
+		res.Detail += " and " + strconv.Itoa(c.cancels) + " of the host's own cancels"
+	}
+	res.Detail += " matched the kernel's replay; " + strconv.Itoa(c.logged) + " commands found in the durable log"
 	return res, nil
 }
 
@@ -369,6 +373,7 @@ type check struct {
 	seen       []TapeEntry // the tape read so far
 	answers    int
 	alarms     int
+	cancels    int
 	logged     int
 	lastStepMs int64
 }
@@ -398,15 +403,25 @@ func (c *check) feed(ctx context.Context, step *stepAnswer) *mismatch {
 	c.seen = append(c.seen, entries...)
 	found := false
 	for _, te := range entries {
-		if te.Op == kernel.OpTick && (step == nil || step.op != kernel.OpTick) {
-			exp := c.ref.ApplyJSON(kernel.OpTick, te.NowMs, nil)
-			c.alarms++
-			at := strconv.FormatInt(te.NowMs, 10)
+		if te.Op == kernel.OpTick || te.Op == kernel.OpCancel {
+			// The host's own commands: an alarm's tick, and the cancel {}
+			// a host steps when it (re)starts a workspace, as a Durable
+			// Object does whenever it is made again. No drill sends them.
+			what := "the alarm tick"
+			var body []byte
+			if te.Op == kernel.OpCancel {
+				what, body = "the host's own cancel", te.Body
+				c.cancels++
+			} else {
+				c.alarms++
+			}
+			exp := c.ref.ApplyJSON(te.Op, te.NowMs, body)
+			what += " at " + strconv.FormatInt(te.NowMs, 10)
 			if exp.Status != te.Status || !bytes.Equal(exp.Answer, te.Answer) {
-				return &mismatch{"the alarm tick at " + at + " answered differently", show(exp.Status, exp.Answer), show(te.Status, te.Answer)}
+				return &mismatch{what + " answered differently", show(exp.Status, exp.Answer), show(te.Status, te.Answer)}
 			}
 			if events := kernel.AppendEvents(nil, exp.Events); !bytes.Equal(events, te.Events) {
-				return &mismatch{"the alarm tick at " + at + " emitted different events", string(events), string(te.Events)}
+				return &mismatch{what + " emitted different events", string(events), string(te.Events)}
 			}
 			continue
 		}

@@ -23,6 +23,9 @@ type plane struct {
 	wrongAt, sent int
 	// noAlarms keeps the alarms from firing.
 	noAlarms bool
+	// restarts makes the workspace again before each alarm, as a Durable
+	// Object is: it steps cancel {} first (which lapses what was due).
+	restarts bool
 }
 
 type space struct {
@@ -42,6 +45,10 @@ func (p *plane) SleepUntil(_ context.Context, ms int64) error {
 				break
 			}
 			p.now = max(p.now, at)
+			if p.restarts {
+				s.apply(kernel.OpCancel, p.now, []byte("{}"))
+				p.now++
+			}
 			s.apply(kernel.OpTick, p.now, nil)
 		}
 	}
@@ -134,6 +141,21 @@ func TestEveryDrillPassesOnAFaithfulPlane(t *testing.T) {
 		if !r.Passed || r.Step != nil {
 			t.Errorf("%s: %s (expected %s, live %s)", r.Name, r.Detail, r.Expected, r.Live)
 		}
+	}
+}
+
+func TestAHostsOwnCancelIsReplayedToo(t *testing.T) {
+	cancels := 0
+	for _, r := range runAll(t, &plane{restarts: true}) {
+		if !r.Passed {
+			t.Errorf("%s: %s (expected %s, live %s)", r.Name, r.Detail, r.Expected, r.Live)
+		}
+		if strings.Contains(r.Detail, "of the host's own cancels") {
+			cancels++
+		}
+	}
+	if cancels == 0 {
+		t.Fatal("no drill saw a restart's cancel")
 	}
 }
 

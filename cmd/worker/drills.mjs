@@ -1,0 +1,152 @@
+// drills.mjs: the drills' state in a workspace's Durable Object
+// (workspace.mjs). The drills themselves run in the Go front (cmd/worker,
+// drills.go: kernel/drill, the server's own code); a workspace's object
+// keeps its runs (table drill_runs) and arbitrates which front runs them
+// (one runner at a time per workspace, by a token it renews), and a drill
+// workspace's object (meta drill = 1) keeps its tape: every command it
+// stepped with its answer and events, which the front checks against the
+// kernel's replay. A drill workspace's object tapes the cancel {} it steps
+// on every start too: workerd makes an object again when it likes (its
+// alarm after an eviction), and that cancel is replayed like the rest.
+import { json, refusal, b64, blob, dec, enc, jsonArray, EMPTY } from "./respond.mjs";
+
+// MAX_RUNS bounds a workspace's runs queued or running, as on the server
+// (429 limit_exceeded past it).
+export const MAX_RUNS = 4;
+// A runner that has not been heard from for this long is gone (its
+// isolate ended): the next claim takes its place and runs its run again.
+const RUNNER_STALE_MS = 120000;
+
+export function initDrills(ws) {
+  ws.drill = false;
+  ws.sql.exec(`CREATE TABLE IF NOT EXISTS drill_runs (id INTEGER PRIMARY KEY AUTOINCREMENT, trigger TEXT NOT NULL,
+    requested_ms INTEGER NOT NULL, started_ms INTEGER, finished_ms INTEGER, cancelled_ms INTEGER, passed INTEGER,
+    drills TEXT NOT NULL DEFAULT '[]')`);
+  if (ws.meta("drill") !== null) {
+    ws.sql.exec(`CREATE TABLE IF NOT EXISTS tape (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, now_ms INTEGER NOT NULL,
+      body BLOB NOT NULL, status INTEGER NOT NULL, answer BLOB NOT NULL, events BLOB NOT NULL, changed INTEGER NOT NULL)`);
+  }
+}
+
+// tape records one step of a drill workspace: rec is the command record
+// as the object stamped it (null for a command the object made).
+export function tape(ws, op, now, rec, restBody, r) {
+  ws.sql.exec(`INSERT INTO tape (op, now_ms, body, status, answer, events, changed) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    op, now, blob(rec ?? restBody ?? EMPTY), r.status, blob(r.answer ?? enc.encode("null")),
+    blob(jsonArray(r.events.map((e) => e.json))), r.log ? 1 : 0);
+}
+
+const runId = (id) => `run_${id}`;
+
+function runJSON(r) {
+  const ended = r.cancelled_ms !== null || r.finished_ms === null;
+  return `{"id":"${runId(r.id)}","trigger":${JSON.stringify(r.trigger)},"requestedAtMs":${r.requested_ms},` +
+    `"startedAtMs":${r.started_ms ?? null},"finishedAtMs":${r.finished_ms ?? null},"cancelledAtMs":${r.cancelled_ms ?? null},` +
+    `"passed":${ended ? null : r.passed === 1},"drills":${r.drills}}`;
+}
+
+const runOf = (ws, id) => ws.sql.exec(`SELECT * FROM drill_runs WHERE id = ?`, id).toArray()[0];
+const open = `finished_ms IS NULL AND cancelled_ms IS NULL`;
+
+// drillsRoute answers the object's drill routes: /keyed/drills/* (a key
+// the object holds), /drills/* (the front's runner) and /drill/* (a drill
+// workspace's own).
+export async function drillsRoute(ws, path, q, req) {
+  const now = ws.now();
+  if (path.startsWith("/keyed/drills/")) return keyedRoute(ws, path.slice(14), q, now);
+  if (path.startsWith("/drills/")) return runnerRoute(ws, path.slice(8), q, new Uint8Array(await req.arrayBuffer()), now);
+  return drillRoute(ws, path.slice(7), q);
+}
+
+// keyedRoute answers the drill routes a key reaches (the front checked the
+// key's role and the request): add, runs and cancel.
+function keyedRoute(ws, what, q, now) {
+  if (what === "add") {
+    const n = ws.sql.exec(`SELECT count(*) AS n FROM drill_runs WHERE ${open}`).one().n;
+    if (n >= MAX_RUNS) {
+      return json(429, `{"ok":false,"reason":"limit_exceeded","limit":"drillRuns","max":${MAX_RUNS},"error":` +
+        JSON.stringify(`this workspace has ${n} drill runs queued or running (at most ${MAX_RUNS}); ask again once one has finished, or cancel one (POST /api/v1/drills/cancel)`) + "}",
+        { "Retry-After": "1" });
+    }
+    const id = ws.sql.exec(`INSERT INTO drill_runs (trigger, requested_ms) VALUES ('asked', ?) RETURNING id`, now).one().id;
+    return json(200, `{"ok":true,"id":"${runId(id)}"}`);
+  }
+  if (what === "runs") {
+    const limit = Number(q.get("limit") ?? 20);
+    const rows = ws.sql.exec(`SELECT * FROM drill_runs ORDER BY id DESC LIMIT ?`, limit).toArray();
+    return json(200, `{"ok":true,"everyMs":0,"runs":[${rows.map(runJSON).join(",")}]}`);
+  }
+  if (what === "cancel") {
+    const id = Number(q.get("id")), r = runOf(ws, id);
+    if (!r) return refusal(404, "not_found", `this workspace has no drill run ${runId(id)}`);
+    if (r.cancelled_ms !== null) return refusal(409, "run_ended", `drill run ${runId(id)} was already cancelled`);
+    if (r.finished_ms !== null) {
+      return refusal(409, "run_ended", `drill run ${runId(id)} has already finished; only a queued or running run can be cancelled`);
+    }
+    ws.sql.exec(`UPDATE drill_runs SET cancelled_ms = ?, finished_ms = ? WHERE id = ?`, now, now, id);
+    return json(200, `{"ok":true,"run":${runJSON(runOf(ws, id))}}`);
+  }
+  return refusal(404, "not_found", `no drill route ${what}`);
+}
+
+// runnerRoute answers the front's runner (no key: the object is reachable
+// only through its binding): claim the next run, save a run's results,
+// ask whether it was cancelled. Every call carries the runner's token;
+// the object answers only the runner it last let in, while it is live.
+function runnerRoute(ws, what, q, body, now) {
+  const token = q.get("token") ?? "";
+  const held = JSON.parse(ws.meta("drill_runner") ?? "null");
+  const mine = held !== null && held.token === token;
+  if (!mine && held !== null && held.ms > now - RUNNER_STALE_MS) return json(200, `{"ok":true,"id":null,"busy":true}`);
+  ws.setMeta("drill_runner", JSON.stringify({ token, ms: now }));
+  if (what === "claim") {
+    const r = ws.sql.exec(`SELECT id FROM drill_runs WHERE ${open} ORDER BY id LIMIT 1`).toArray()[0];
+    if (!r) {
+      ws.setMeta("drill_runner", null);
+      return json(200, `{"ok":true,"id":null}`);
+    }
+    ws.sql.exec(`UPDATE drill_runs SET started_ms = ?, drills = '[]' WHERE id = ?`, now, r.id);
+    return json(200, `{"ok":true,"id":${r.id}}`);
+  }
+  const id = Number(q.get("id")), r = runOf(ws, id);
+  if (!r) return refusal(404, "not_found", `no drill run ${runId(id)}`);
+  const cancelled = r.cancelled_ms !== null;
+  if (what === "state") return json(200, `{"ok":true,"cancelled":${cancelled}}`);
+  if (what !== "save") return refusal(404, "not_found", `no drill runner route ${what}`);
+  if (cancelled) return refusal(409, "run_ended", `drill run ${runId(id)} was cancelled`);
+  const results = dec.decode(body);
+  if (q.get("finished") === "1") {
+    ws.sql.exec(`UPDATE drill_runs SET drills = ?, finished_ms = ?, passed = ? WHERE id = ?`,
+      results, Math.max(now, r.started_ms ?? now), q.get("passed") === "1" ? 1 : 0, id);
+  } else {
+    ws.sql.exec(`UPDATE drill_runs SET drills = ? WHERE id = ?`, results, id);
+  }
+  return json(200, `{"ok":true}`);
+}
+
+// drillRoute answers the front about a drill workspace: its tape from an
+// entry on, its log, and dropping it.
+async function drillRoute(ws, what, q) {
+  const drill = ws.meta("drill") !== null;
+  if (what === "drop" && ws.rules !== null && !drill) return refusal(409, "not_a_drill", "only a drill workspace is dropped");
+  if (what === "drop") {
+    for (const h of ws.held.values()) h.resolve(refusal(404, "not_found", "this workspace does not exist"));
+    ws.held.clear();
+    await ws.ctx.storage.deleteAlarm();
+    await ws.ctx.storage.deleteAll();
+    ws.load();
+    return json(200, `{"ok":true}`);
+  }
+  if (!drill) return refusal(404, "not_found", "this workspace is no drill workspace");
+  if (what === "tape") {
+    const from = Number(q.get("from") ?? 0);
+    const rows = ws.sql.exec(`SELECT * FROM tape WHERE seq > ? ORDER BY seq`, from).toArray();
+    return json(200, "[" + rows.map((t) => `{"op":"${t.op}","nowMs":${t.now_ms},"body":"${b64(new Uint8Array(t.body))}",` +
+      `"status":${t.status},"answer":${dec.decode(t.answer)},"events":${dec.decode(t.events)},"changed":${t.changed === 1}}`).join(",") + "]");
+  }
+  if (what === "log") {
+    const rows = ws.sql.exec(`SELECT op, now_ms, body, command FROM log ORDER BY seq`).toArray();
+    return json(200, "[" + rows.map((l) => `{"op":"${l.op}","nowMs":${l.now_ms},"body":"${b64(new Uint8Array(l.command ?? l.body))}"}`).join(",") + "]");
+  }
+  return refusal(404, "not_found", `no drill workspace route ${what}`);
+}

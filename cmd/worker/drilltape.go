@@ -1,0 +1,150 @@
+package main
+
+import (
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
+	"github.com/leaseplane/leaseplane/kernel/drill"
+)
+
+// The drills run here, in the front, by kernel/drill (the server's own
+// code): drills.go is the host; this file reads what a drill workspace's
+// object answers (drills.mjs) and the drill routes' bodies.
+
+// parseTape reads a drill workspace's tape as its object answers it: a
+// JSON array of {op, nowMs, body (base64), status, answer, events,
+// changed}, answer and events as the kernel wrote them.
+func parseTape(b []byte) ([]drill.TapeEntry, error) {
+	var out []drill.TapeEntry
+	err := kernel.ScanArray(b, func(elem []byte) error {
+		var te drill.TapeEntry
+		err := kernel.ScanObject(elem, func(name string, raw []byte) error {
+			var err error
+			switch name {
+			case "op":
+				var s string
+				s, err = kernel.Unquote(raw)
+				te.Op = kernel.Op(s)
+			case "nowMs":
+				te.NowMs, err = integer(raw)
+			case "body":
+				te.Body, err = base64Field(raw)
+			case "status":
+				var n int64
+				n, err = integer(raw)
+				te.Status = int(n)
+			case "answer":
+				te.Answer = append([]byte(nil), raw...)
+			case "events":
+				te.Events = append([]byte(nil), raw...)
+			case "changed":
+				te.Changed = string(raw) == "true"
+			}
+			return err
+		})
+		out = append(out, te)
+		return err
+	})
+	if err != nil {
+		return nil, errors.New("the drill workspace's tape: " + err.Error())
+	}
+	return out, nil
+}
+
+// parseLog reads a drill workspace's log as its object answers it: a JSON
+// array of {op, nowMs, body (base64)}. The object's log keeps no status.
+func parseLog(b []byte) ([]drill.Record, error) {
+	var out []drill.Record
+	err := kernel.ScanArray(b, func(elem []byte) error {
+		var r drill.Record
+		err := kernel.ScanObject(elem, func(name string, raw []byte) error {
+			var err error
+			switch name {
+			case "op":
+				r.Op, err = kernel.Unquote(raw)
+			case "nowMs":
+				r.NowMs, err = integer(raw)
+			case "body":
+				r.Body, err = base64Field(raw)
+			}
+			return err
+		})
+		out = append(out, r)
+		return err
+	})
+	if err != nil {
+		return nil, errors.New("the drill workspace's log: " + err.Error())
+	}
+	return out, nil
+}
+
+func integer(raw []byte) (int64, error) {
+	n, ok := kernel.IntLiteral(raw)
+	if !ok {
+		return 0, errors.New("not an integer: " + string(raw))
+	}
+	return n, nil
+}
+
+func base64Field(raw []byte) ([]byte, error) {
+	s, err := kernel.Unquote(raw)
+	if err != nil {
+		return nil, err
+	}
+	return base64.StdEncoding.DecodeString(s)
+}
+
+// emptyBody checks the body of POST /api/v1/drills/run: nothing, or {}.
+func emptyBody(body []byte) error {
+	if strings.TrimSpace(string(body)) == "" {
+		return nil
+	}
+	return kernel.ScanObject(body, func(name string, _ []byte) error {
+		return errors.New("unknown field " + strconv.Quote(name))
+	})
+}
+
+// cancelID reads the run of POST /api/v1/drills/cancel's body
+// {"id": "run_N"}: N, or the refusal's message.
+func cancelID(body []byte) (int64, string) {
+	var id *string
+	err := kernel.ScanObject(body, func(name string, raw []byte) error {
+		if name != "id" {
+			return errors.New("unknown field " + strconv.Quote(name))
+		}
+		s, err := kernel.Unquote(raw)
+		if err != nil {
+			return errors.New("id must be a string")
+		}
+		id = &s
+		return nil
+	})
+	if err != nil {
+		return 0, "the body must be a JSON object: " + err.Error() + ` (POST ` + api.PathDrillsCancel + ` takes {"id": "run_N"})`
+	}
+	if id == nil {
+		return 0, `id is required: the run to cancel, "run_N" as POST ` + api.PathDrillsRun + ` answered it`
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(*id, "run_"), 10, 64)
+	if err != nil || !strings.HasPrefix(*id, "run_") || n <= 0 {
+		return 0, "id must be a run's id, run_N (N from 1), as POST " + api.PathDrillsRun + " answered it; got " + strconv.Quote(*id)
+	}
+	return n, ""
+}
+
+// drillsLimit reads GET /api/v1/drills/runs's limit (20 when absent).
+func drillsLimit(q api.Query) (int, string) {
+	v, ok := q.Get("limit")
+	if !ok {
+		return 20, ""
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, "limit must be an integer from 1 to 1000"
+	}
+	return n, ""
+}
