@@ -5,10 +5,8 @@
 // `make test-worker`.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { start, createWorkspace, createKey, fresh } from "../miniflare.mjs";
+import { createWorkspace, createKey, fresh } from "../miniflare.mjs";
+import { startIn, stop } from "./local.mjs";
 
 const ADMIN = "admin-secret-for-tests";
 const NAMES = ["two-agents-one-slot", "crashed-holder", "deadlock", "herd-of-fifty", "stale-lease-id", "operator-suspends"];
@@ -16,17 +14,13 @@ const NAMES = ["two-agents-one-slot", "crashed-holder", "deadlock", "herd-of-fif
 let dataDir, mf, base, wkey, okey, agentKey;
 
 before(async () => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "leaseplane-worker-drills-"));
-  ({ mf, url: base } = await start({ dataDir, port: 0, adminSecret: ADMIN }));
+  ({ dataDir, mf, base } = await startIn("drills", ADMIN));
   wkey = await createWorkspace(base, ADMIN, "drilled");
   okey = (await createKey(base, ADMIN, "drilled", "operator")).key;
   agentKey = (await createKey(base, ADMIN, "drilled", "agent", "did:web:a.example:agent:1")).key;
 });
 
-after(async () => {
-  await mf?.dispose();
-  fs.rmSync(dataDir, { recursive: true, force: true });
-});
+after(() => stop(mf, dataDir));
 
 async function call(method, route, key, body) {
   const res = await fetch(base + route, {
