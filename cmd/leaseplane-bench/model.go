@@ -16,12 +16,12 @@ import (
 // real kernel in virtual time, with fixed latencies and nothing else
 // running: no HTTP, no CPU to share, no disk. Each request reaches the
 // kernel oneway after it is sent; a logged command's answer leaves commit
-// after its step (a grant to a held ask after the step that made it);
-// the answer reaches its client oneway later; a holder sends its release
-// hold after its grant arrives. Polling clients sleep exactly the
+// after its step (a held ask's grant, commit after the step that granted
+// it); the answer reaches its client oneway later; a holder sends its
+// release hold after its grant arrives. Polling clients sleep exactly the
 // refusal's stampede.waitMs. What it gives is the ceiling of each way of
-// waiting under the kernel's rules (SPEC's back-off by place, claims and
-// held asks) at those latencies.
+// waiting under the kernel's rules (the back-off by place of
+// docs/SEMANTICS.md, claims, held asks) at those latencies.
 
 // modelOpts are the model's latencies and size.
 type modelOpts struct {
@@ -188,7 +188,7 @@ func runModel(o modelOpts) (modelResult, error) {
 	return r, failed
 }
 
-// polledCeiling is the most pairs/s that clients polling as SPEC's
+// polledCeiling is the most pairs/s that clients polling as the semantics'
 // back-off tells them can make, whatever the latencies, when every
 // resource keeps at least 4 waiters: a client's first ask on a resource
 // is refused at a place of 5 or more (stampede.waitMs 800 ms), so each

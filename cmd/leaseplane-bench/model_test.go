@@ -9,7 +9,7 @@ import (
 // TestQueueModel: in virtual time, held requests hand each resource over
 // once per hold + 2 × oneway + commit (a release's trip, its commit, the
 // grant's trip), so the pairs made are that rate's within the handful cut
-// at the span's edges; polling clients never pass SPEC's ceiling (each
+// at the span's edges; polling clients never pass the semantics' ceiling (each
 // pair of a client takes an 800 ms back-off at least), and ask more than
 // once per pair. Counted, in the model's own time.
 func TestQueueModel(t *testing.T) {
