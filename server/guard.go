@@ -292,9 +292,25 @@ func (l *guardListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if gc := l.g.admit(c); gc != nil {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetKeepAliveConfig(keepAlive)
+			}
 			return gc, nil
 		}
 	}
+}
+
+// keepAlive is the TCP keep-alive of an admitted connection: Go's
+// defaults, which a listener from Listen leaves off until admission.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
+
+// Listen listens on the TCP address addr for Serve. Its connections get
+// no socket options when accepted: the guard sets TCP keep-alive on those
+// it admits, so that one it closes at once (a reconnect flood's) costs an
+// accept and a close, not the four system calls of keep-alive too.
+func Listen(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	return lc.Listen(context.Background(), "tcp", addr)
 }
 
 // guardConn is an admitted connection.

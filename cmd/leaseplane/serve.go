@@ -190,7 +190,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, env ser
 	}
 	// Bind before anything is created: a first start that cannot listen
 	// must not make the workspace whose key it could then never show.
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := server.Listen(*addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			fmt.Fprintf(stderr, "leaseplane serve: %s is already in use: another process (perhaps another leaseplane) listens there; nothing was created or changed\n", *addr)
