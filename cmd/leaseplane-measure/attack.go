@@ -19,7 +19,7 @@ import (
 )
 
 // attack runs the three phases of `leaseplane-measure attack`.
-func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey, holderKey string, held int) {
+func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey, holderKey string, held, pid int) {
 	heldAgent := ""
 	if heldKey != "" {
 		heldAgent = agentOf(c, heldKey)
@@ -87,10 +87,17 @@ func attack(c *client, sockets, addrs int, dur, pace time.Duration, heldKey, hol
 		time.Sleep(100 * time.Millisecond)
 	}
 	start := a.opened.Load()
+	cpu0 := processCPU(pid)
 	tenant("under attack")
+	cpu := processCPU(pid) - cpu0
+	opened := a.opened.Load() - start
 	a.stop()
+	if pid != 0 && opened > 0 {
+		fmt.Printf("the server's CPU time under attack: %v, %v per connection accepted (the tenant's requests included)\n",
+			cpu.Round(10*time.Millisecond), (cpu / time.Duration(opened)).Round(100*time.Nanosecond))
+	}
 	fmt.Printf("attacker (a process of its own): %d sockets kept trying at once from %d addresses, each reopened %v after the server closed it; %d connections accepted by the OS during the measurement, %d before; at most %d open at once as the attacker saw them\n",
-		sockets, addrs, pace, a.opened.Load()-start, start, a.maxOpen.Load())
+		sockets, addrs, pace, opened, start, a.maxOpen.Load())
 	close(sampling)
 	fmt.Printf("the plane: at most %d connections without a key open at once (sampled every 200 ms); %d closed at once, %d evicted for a newcomer\n",
 		most.Load(), refusedConns.Load(), evicted.Load())
@@ -223,4 +230,27 @@ func (s *attackerProc) stop() {
 	s.stdin.Close()
 	<-s.done
 	s.cmd.Wait()
+}
+
+// processCPU is the user and system CPU time of process pid so far, from
+// /proc/PID/stat (in clock ticks of 10 ms); 0 without a pid.
+func processCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 0
+	}
+	// The fields after the command's name, which is in parentheses:
+	// utime and stime are the 12th and 13th.
+	_, rest, _ := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }

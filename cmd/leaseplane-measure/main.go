@@ -5,7 +5,7 @@
 //	leaseplane-measure pairs  -url URL -key KEY [-n 200000] [-clients 16]
 //	leaseplane-measure hold   -url URL -key KEY [-n 60000] [-clients 16]
 //	leaseplane-measure poll   -url URL -key KEY [-pollers 4] [-limit 1000] [-paged] [-duration 10s]
-//	leaseplane-measure attack -url URL -key KEY [-sockets 2560] [-addrs 10] [-pace 1s] [-duration 10s] [-held-key AGENTKEY -held-holder-key KEY -held 1300]
+//	leaseplane-measure attack -url URL -key KEY [-sockets 2560] [-addrs 10] [-pace 1s] [-duration 10s] [-held-key AGENTKEY -held-holder-key KEY -held 1300] [-pid PID]
 //
 // attack measures a tenant's acquire latency (from 127.0.0.1, on a kept-
 // alive connection and on a fresh connection each time) idle, then while
@@ -16,7 +16,9 @@
 // agent key, of another workspace with -held-holder-key a workspace key
 // there), while that key floods -held held requests from 127.0.0.2 over
 // 48 connections (a resource another agent holds); it prints the
-// percentiles and what the attacker held and was refused.
+// percentiles and what the attacker held and was refused; with -pid, the
+// server's CPU time while the sockets ran, and that over the connections
+// the operating system accepted meanwhile.
 //
 // pairs acquires and releases n distinct resources (lock:pair/I), hold
 // acquires n distinct resources and keeps them, poll has pollers clients
@@ -53,7 +55,7 @@ func main() {
 	key := fs.String("key", os.Getenv("LEASEPLANE_KEY"), "workspace key")
 	n := fs.Int("n", 200000, "resources (pairs, hold)")
 	clients := fs.Int("clients", 16, "concurrent clients (pairs, hold)")
-	pid := fs.Int("pid", 0, "server process id, to read its RSS (pairs)")
+	pid := fs.Int("pid", 0, "server process id, to read its RSS (pairs) or its CPU time (attack)")
 	pollers := fs.Int("pollers", 4, "clients polling wait (poll)")
 	limit := fs.Int("limit", 1000, "wait page size (poll -paged)")
 	paged := fs.Bool("paged", false, "poll wait page by page with ?limit= and ?after= (poll)")
@@ -129,7 +131,7 @@ func main() {
 		p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(10 * time.Microsecond) }
 		fmt.Printf("other agent's acquire: n %d, p50 %v, p90 %v, p99 %v; %d wait pages read\n", len(lat), p(0.5), p(0.9), p(0.99), pages.Load())
 	case "attack":
-		attack(c, *sockets, *addrs, *dur, *pace, *heldKey, *holderKey, *held)
+		attack(c, *sockets, *addrs, *dur, *pace, *heldKey, *holderKey, *held, *pid)
 	case sockets_:
 		keylessSockets(c.base, *sockets, *addrs, *pace)
 	default:
