@@ -574,13 +574,16 @@ func toRunJSON(r store.DrillRun) runJSON {
 }
 
 // Operate runs an operator action for the holder of key, exactly as its
-// REST route answers it: "drills.run" is POST /api/v1/drills/run and
-// "detection.run" POST /api/v1/detection/run (MCP's operator tools).
+// REST route answers it: "drills.run" is POST /api/v1/drills/run,
+// "drills.cancel" POST /api/v1/drills/cancel and "detection.run" POST
+// /api/v1/detection/run (MCP's operator tools).
 func (s *Server) Operate(ctx context.Context, key, action string, body []byte) (status int, answer []byte, err error) {
 	var path string
 	switch action {
 	case "drills.run":
 		path = RouteDrillsRun
+	case "drills.cancel":
+		path = RouteDrillsCancel
 	case "detection.run":
 		path = RouteDetectionRun
 	default:

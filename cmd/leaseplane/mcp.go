@@ -63,7 +63,7 @@ func (b clientBackend) Role(ctx context.Context, _ string) (string, bool) {
 
 // Operate forwards the operator tools to their REST routes.
 func (b clientBackend) Operate(ctx context.Context, _ string, action string, body []byte) (int, []byte, error) {
-	routes := map[string]string{mcp.ToolDrillsRun: server.RouteDrillsRun, mcp.ToolDetectionRun: server.RouteDetectionRun}
+	routes := map[string]string{mcp.ToolDrillsRun: server.RouteDrillsRun, mcp.ToolDrillsCancel: server.RouteDrillsCancel, mcp.ToolDetectionRun: server.RouteDetectionRun}
 	path, ok := routes[action]
 	if !ok {
 		return 0, nil, fmt.Errorf("no operator action %q", action)

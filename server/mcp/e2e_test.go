@@ -154,10 +154,10 @@ func TestRealServer(t *testing.T) {
 	}
 }
 
-// TestOperatorTools calls drills.run and detection.run on the real server,
-// over streamable HTTP and through leaseplane mcp: with the operator key
-// they answer what their REST routes answer; with a workspace key they are
-// refused.
+// TestOperatorTools calls drills.run, drills.cancel and detection.run on
+// the real server, over streamable HTTP and through leaseplane mcp: with
+// the operator key they answer what their REST routes answer; with a
+// workspace key they are refused.
 func TestOperatorTools(t *testing.T) {
 	for _, tr := range realConnectors {
 		t.Run(tr.name, func(t *testing.T) {
@@ -171,6 +171,16 @@ func TestOperatorTools(t *testing.T) {
 			if err != nil || res.IsError || !strings.Contains(text(res), `"id":"run_1"`) {
 				t.Fatalf("drills.run: %v %v %q", err, res.IsError, text(res))
 			}
+			// The run just asked is queued or running (one drill alone
+			// takes 30 s): drills.cancel ends it; a second cancel finds it
+			// ended, and a run the workspace does not have is not found.
+			res, err = op.CallTool(ctx, &sdk.CallToolParams{Name: ToolDrillsCancel, Arguments: map[string]any{"id": "run_1"}})
+			if err != nil || res.IsError || !strings.Contains(text(res), `"id":"run_1"`) || strings.Contains(text(res), `"cancelledAtMs":null`) {
+				t.Fatalf("drills.cancel: %v %v %q", err, res.IsError, text(res))
+			}
+			wantToolError(t, "drills.cancel of a cancelled run", op, &sdk.CallToolParams{Name: ToolDrillsCancel, Arguments: map[string]any{"id": "run_1"}}, "run_ended")
+			wantToolError(t, "drills.cancel of another run", op, &sdk.CallToolParams{Name: ToolDrillsCancel, Arguments: map[string]any{"id": "run_99"}}, "not_found")
+			wantToolError(t, "drills.cancel without an id", op, &sdk.CallToolParams{Name: ToolDrillsCancel}, "id is required")
 			res, err = op.CallTool(ctx, &sdk.CallToolParams{Name: ToolDetectionRun, Arguments: map[string]any{"detector": "lease-overlap"}})
 			if err != nil || res.IsError || !strings.Contains(text(res), `"detector":"lease-overlap"`) || !strings.Contains(text(res), `"findings":[]`) {
 				t.Fatalf("detection.run: %v %v %q", err, res.IsError, text(res))
@@ -185,6 +195,7 @@ func TestOperatorTools(t *testing.T) {
 					t.Errorf("a %s key is offered %v, want %v", k.name, names, want)
 				}
 				wantToolError(t, "drills.run with a "+k.name+" key", cs, &sdk.CallToolParams{Name: ToolDrillsRun}, "needs an operator key")
+				wantToolError(t, "drills.cancel with a "+k.name+" key", cs, &sdk.CallToolParams{Name: ToolDrillsCancel, Arguments: map[string]any{"id": "run_1"}}, "needs an operator key")
 			}
 			ws := tr.connect(t, p.url, p.wsKey)
 			res, err = ws.CallTool(ctx, &sdk.CallToolParams{Name: ToolAcquire, Arguments: map[string]any{"resource": "doc:readme", "actorDid": didA, "mode": "read"}})

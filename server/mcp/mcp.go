@@ -59,9 +59,9 @@ const maxWaitUpToMs = api.MaxWaitUpToMs
 
 // Operator is what a Backend may add: the operator's actions, run on
 // behalf of key exactly as their REST routes answer them (drills.run is
-// POST /api/v1/drills/run, detection.run is POST /api/v1/detection/run;
-// both need an operator key). When the Backend has it, the MCP server
-// offers the tools drills.run and detection.run.
+// POST /api/v1/drills/run, drills.cancel POST /api/v1/drills/cancel,
+// detection.run POST /api/v1/detection/run; each needs an operator key).
+// When the Backend has it, the MCP server offers those tools.
 type Operator interface {
 	Operate(ctx context.Context, key, action string, body []byte) (status int, answer []byte, err error)
 }
@@ -100,6 +100,7 @@ const (
 	ToolWait    = "coordination.wait"
 	// Operator tools (an Operator backend and an operator key).
 	ToolDrillsRun    = "drills.run"
+	ToolDrillsCancel = "drills.cancel"
 	ToolDetectionRun = "detection.run"
 )
 
@@ -154,6 +155,8 @@ const waitDescription = `Read the lease plane's queues: for every resource that 
 Use it to see who holds what before asking, or to find the agents you are waiting on. Waiters not admitted (beyond the first 8) should back off longer.`
 
 const drillsDescription = `Start a run of the lease plane's six drills (two agents and one slot, a holder that crashes, a deadlock, a herd of fifty, a stale leaseId, an operator suspending an agent), each against the live plane in a workspace of its own, compared with the kernel's own replay. Takes no arguments; needs an operator key. The result has the run's "id"; the run goes on in the background (the crashed holder takes 30 s): GET /api/v1/drills/runs lists runs and their drills, a failed drill with the first answer that differed.`
+
+const drillsCancelDescription = `Cancel a run of the drills that is queued or running in your workspace: a queued run never starts, a running one stops, and the run is kept as cancelled with no verdict. Argument: id, the run's id ("run_N") as drills.run answered it. Needs an operator key. Refused with not_found for a run this workspace does not have, and run_ended for one that has already finished or was cancelled. Each workspace may have at most 4 runs queued or running; cancelling one frees its place.`
 
 const detectionDescription = `Run a detector over this workspace's signed ledger. Argument: detector (the name; "lease-overlap" finds pairs of leases on one resource whose lives overlapped with conflicting modes, and fences that did not rise). Needs an operator key. The result has the checkpoint the run read up to and the findings, each citing both ledger entries with inclusion proofs and the case it was filed as (a case is filed once however often runs repeat).`
 
@@ -219,6 +222,9 @@ var (
 	})
 	drillsOutput = objectSchema(map[string]any{
 		"id": map[string]any{"type": "string", "description": "the run's id, as GET /api/v1/drills/runs lists it"},
+	})
+	drillsCancelOutput = objectSchema(map[string]any{
+		"run": map[string]any{"type": "object", "description": "the cancelled run, as GET /api/v1/drills/runs lists it"},
 	})
 	detectionOutput = objectSchema(map[string]any{
 		"detector":   map[string]any{"type": "string"},
@@ -312,6 +318,13 @@ func operatorTools() []tool {
 				inputSchema(map[string]any{}),
 				drillsOutput, sdk.ToolAnnotations{Title: "Run the drills", DestructiveHint: boolp(false)}),
 			action: ToolDrillsRun,
+		},
+		{
+			def: toolDef(ToolDrillsCancel, "Cancel a drill run", drillsCancelDescription,
+				inputSchema(map[string]any{"id": map[string]any{"type": "string", "description": "the run's id, run_N, as drills.run answered it"}}, "id"),
+				drillsCancelOutput, sdk.ToolAnnotations{Title: "Cancel a drill run", DestructiveHint: boolp(true), IdempotentHint: true}),
+			action: ToolDrillsCancel,
+			args:   []arg{{name: "id", kind: "string", required: true, forward: true}},
 		},
 		{
 			def: toolDef(ToolDetectionRun, "Run a detector over the ledger", detectionDescription,

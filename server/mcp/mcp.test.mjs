@@ -21,7 +21,7 @@ const didA = 'did:web:acme.example:agent:a';
 const didB = 'did:web:acme.example:agent:b';
 const tools = ['coordination.lease.acquire', 'coordination.lease.release', 'coordination.wait'];
 // The server's own backend also offers the operator's tools (an operator key runs them).
-const operatorTools = ['detection.run', 'drills.run'];
+const operatorTools = ['detection.run', 'drills.cancel', 'drills.run'];
 
 let dir, bin, server, url, wsKey, agentKey, operatorKey;
 

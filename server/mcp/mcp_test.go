@@ -200,6 +200,7 @@ func listTools(t *testing.T, cs *sdk.ClientSession) map[string]*jsonschema.Resol
 		ToolWait:    nil,
 		// the operator tools, offered by a Backend that is an Operator
 		ToolDrillsRun:    nil,
+		ToolDrillsCancel: {"id"},
 		ToolDetectionRun: {"detector"},
 	}
 	props := map[string][]string{
@@ -207,6 +208,7 @@ func listTools(t *testing.T, cs *sdk.ClientSession) map[string]*jsonschema.Resol
 		ToolRelease:      {"actorDid", "resource"},
 		ToolWait:         nil,
 		ToolDrillsRun:    nil,
+		ToolDrillsCancel: {"id"},
 		ToolDetectionRun: {"detector"},
 	}
 	for _, tl := range lt.Tools {
@@ -238,7 +240,7 @@ func listTools(t *testing.T, cs *sdk.ClientSession) map[string]*jsonschema.Resol
 	slices.Sort(names)
 	want := []string{ToolAcquire, ToolRelease, ToolWait}
 	if slices.Contains(names, ToolDrillsRun) {
-		want = []string{ToolAcquire, ToolRelease, ToolWait, ToolDetectionRun, ToolDrillsRun}
+		want = []string{ToolAcquire, ToolRelease, ToolWait, ToolDetectionRun, ToolDrillsCancel, ToolDrillsRun}
 		slices.Sort(want)
 	}
 	if !slices.Equal(names, want) {
