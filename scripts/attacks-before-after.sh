@@ -56,6 +56,9 @@ run() {
 	else
 		echo "did not run: $(grep -v '^#' "$log" | grep -m1 -E 'error|undefined|cannot|FAIL' | cut -c1-200)"
 	fi
+	# A test that timed out leaves its server running: end the processes
+	# this run's binaries started (their paths are in its folders).
+	for p in $(pgrep -f "$dir[./]"); do kill "$p" 2>/dev/null; done
 	chmod -R u+w "$dir" "$dir.tmp" 2>/dev/null
 	cp "$log" "${LOGS:-/tmp}/attacks-ba-$(git rev-parse --short "$tree")-$test.log" 2>/dev/null
 	rm -rf "$dir" "$dir.tmp" "$log"
