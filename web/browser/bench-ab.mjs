@@ -6,7 +6,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { launch, startServe } from "./harness.mjs";
+import { launch, loadTimes, startServe } from "./harness.mjs";
 
 const [before, after, loads = "11"] = process.argv.slice(2);
 if (!before || !after) {
@@ -27,9 +27,7 @@ try {
     for (const k of (i % 2 ? ["after", "before"] : ["before", "after"])) {
       const b = await launch();
       const page = await b.ctx.newPage();
-      await page.goto(serves[k].url + "/playground");
-      await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
-      res[k].push(await page.evaluate(() => performance.getEntriesByName("lp:first-verdict")[0].startTime));
+      res[k].push((await loadTimes(page, serves[k].url + "/playground"))["lp:first-verdict"]);
       await b.close();
     }
   }

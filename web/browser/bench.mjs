@@ -6,7 +6,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { buildBinary, corpusDir, launch, startServe } from "./harness.mjs";
+import { buildBinary, corpusDir, launch, loadTimes, startServe } from "./harness.mjs";
 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "lp-bench-"));
@@ -16,12 +16,7 @@ const bin = process.argv[2] || buildBinary(tmp);
 const serve = await startServe(bin, tmp);
 const url = serve.url + "/playground";
 const firstVerdict = async (page) => {
-  await page.goto(url);
-  await page.waitForSelector("body[data-runs='1']", { timeout: 20000 });
-  const m = await page.evaluate(() => ({
-    ...Object.fromEntries(performance.getEntriesByType("mark").map((e) => [e.name, e.startTime])),
-    parsed: performance.getEntriesByType("navigation")[0].domInteractive,
-  }));
+  const m = await loadTimes(page, url);
   parts.push(m);
   return m["lp:first-verdict"];
 };

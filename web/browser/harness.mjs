@@ -84,6 +84,28 @@ export async function launch(extra = {}) {
   return { ctx, close: async () => { await ctx.close(); fs.rmSync(dir, { recursive: true, force: true }); } };
 }
 
+// loadTimes loads url in page until the playground's first verdict and
+// gives the page's performance marks by name (ms from navigation start),
+// with parsed, the navigation's domInteractive. It waits inside the page
+// with a PerformanceObserver rather than a selector: Playwright's selector
+// engine is a large script of its own, which would run in the page while
+// it still loads and compiles the kernel, where a visitor's page has none.
+export async function loadTimes(page, url) {
+  await page.goto(url);
+  return page.evaluate(() => new Promise((resolve, reject) => {
+    const marks = () => Object.fromEntries(performance.getEntriesByType("mark").map((e) => [e.name, e.startTime]));
+    const done = () => {
+      if (!performance.getEntriesByName("lp:first-verdict").length) return false;
+      resolve({ ...marks(), parsed: performance.getEntriesByType("navigation")[0].domInteractive });
+      return true;
+    };
+    if (done()) return;
+    const watch = new PerformanceObserver(() => { if (done()) watch.disconnect(); });
+    watch.observe({ type: "mark" });
+    setTimeout(() => reject(new Error("no lp:first-verdict mark in 20 s")), 20000);
+  }));
+}
+
 // watchRequests records every request a page makes; after() lists those
 // made after mark() was called.
 export function watchRequests(page) {
