@@ -35,9 +35,18 @@ try {
     for (const e of events) {
       if (e.pid !== pid || e.ph !== "X" || e.tdur === undefined) continue;
       const th = tnames[e.pid + ":" + e.tid] || e.tid;
-      if (e.name === "ThreadControllerImpl::RunTask" || e.name === "RunTask") byThread[th] = (byThread[th] || 0) + e.tdur;
       const k = th.replace(/\d+$/, "") + " " + e.name;
       byName[k] = (byName[k] || 0) + e.tdur;
+    }
+    // A thread's CPU: the thread time of its outermost events (those not
+    // inside another of the same thread).
+    const spans = events.filter((e) => e.pid === pid && e.ph === "X" && e.tdur !== undefined).sort((a, b) => a.ts - b.ts || b.dur - a.dur);
+    const end = {};
+    for (const e of spans) {
+      const th = tnames[e.pid + ":" + e.tid] || String(e.tid);
+      if (e.ts < (end[e.tid] ?? -1)) continue;
+      end[e.tid] = e.ts + e.dur;
+      byThread[th.replace(/\d+$/, "")] = (byThread[th.replace(/\d+$/, "")] || 0) + e.tdur;
     }
     agg.push({ marks, byThread, byName });
     if (process.env.TL) {
