@@ -47,6 +47,22 @@ func scanObject(doc []byte, o jsontext.Options, f func(name string, raw []byte) 
 	return jsontext.ReadObject(doc, o, func(name []byte, v jsontext.Value) error { return f(string(name), v.Raw) })
 }
 
+// StringMembers reads doc, which must be exactly one JSON object, and
+// gives the values of its string members named a and b ("" for one that
+// is absent or not a string; of a name given twice, the last).
+func StringMembers(doc []byte, a, b string) (va, vb string, err error) {
+	err = ScanMembers(doc, func(name string, raw []byte) error {
+		switch name {
+		case a:
+			va, _ = Unquote(raw)
+		case b:
+			vb, _ = Unquote(raw)
+		}
+		return nil
+	})
+	return va, vb, err
+}
+
 // ScanArray reads raw, which must be exactly one JSON array, and calls f
 // with each element's raw bytes, in order.
 func ScanArray(raw []byte, f func(elem []byte) error) error {

@@ -208,27 +208,14 @@ func refuseKey(w http.ResponseWriter, rep reply) {
 }
 
 var (
-	jsonType   = []string{"application/json"}
-	noSniff    = []string{"nosniff"}
-	noStore    = []string{"no-store"}
-	retryAfter = [...][]string{{"0"}, {"1"}}
+	noSniff = []string{"nosniff"}
+	noStore = []string{"no-store"}
 )
 
+// writeReply writes r with the headers of every reply (api.SetHeaders, the
+// Workers front's too).
 func writeReply(w http.ResponseWriter, r reply) {
-	h := w.Header()
-	h["Content-Type"] = jsonType
-	if r.contentType != "" {
-		h.Set("Content-Type", r.contentType)
-	}
-	h["X-Content-Type-Options"] = noSniff
-	h["Cache-Control"] = noStore
-	if r.retryAfter > 0 {
-		if r.retryAfter < len(retryAfter) {
-			h["Retry-After"] = retryAfter[r.retryAfter]
-		} else {
-			h.Set("Retry-After", strconv.Itoa(r.retryAfter))
-		}
-	}
+	api.SetHeaders(w.Header(), r.contentType, r.retryAfter, r.status)
 	w.WriteHeader(r.status)
 	w.Write(r.answer)
 }

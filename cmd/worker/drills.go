@@ -38,8 +38,9 @@ const drillPrefix = "~drill-"
 // drillRoutes are the drill routes of the contract the front answers.
 var drillRoutes = []api.Route{api.DrillsRun, api.DrillsRuns, api.DrillsCancel, api.DrillsCadence}
 
-func drillRoute(path string) (api.Route, bool) {
-	for _, rt := range drillRoutes {
+// routeIn is the route of table at path.
+func routeIn(table []api.Route, path string) (api.Route, bool) {
+	for _, rt := range table {
 		if rt.Path == path {
 			return rt, true
 		}
@@ -47,21 +48,28 @@ func drillRoute(path string) (api.Route, bool) {
 	return api.Route{}, false
 }
 
-// drills answers the drill routes: the key, its role and the request are
-// checked here, the runs are kept by the workspace's object.
-func drills(r *http.Request, rt api.Route) reply {
+// keyed checks a request to a drill or detection route: its key, the
+// key's role for rt, its query and its body.
+func keyed(r *http.Request, rt api.Route) (keyRecord, api.Query, []byte, reply, bool) {
 	k, rep, ok := requestKey(r)
 	if !ok {
-		return rep
+		return k, api.Query{}, nil, rep, false
 	}
 	if no := api.Authorize(api.Key{Role: api.Role(k.role), AgentDID: k.agentDID}, rt); no != nil {
-		return fromAPI(*no)
+		return k, api.Query{}, nil, fromAPI(*no), false
 	}
 	q, err := api.ParseQuery(rt, r.URL.RawQuery)
 	if err != nil {
-		return fromAPI(api.BadQuery(err))
+		return k, q, nil, fromAPI(api.BadQuery(err)), false
 	}
 	body, rep, ok := readBody(r)
+	return k, q, body, rep, ok
+}
+
+// drills answers the drill routes: the key, its role and the request are
+// checked here, the runs are kept by the workspace's object.
+func drills(r *http.Request, rt api.Route) reply {
+	k, q, body, rep, ok := keyed(r, rt)
 	if !ok {
 		return rep
 	}
@@ -225,9 +233,8 @@ func (h *drillHost) Send(ctx context.Context, r drill.Request, key string) (int,
 	if r.Body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	rec := &recorder{header: http.Header{}}
-	route(rec, req)
-	return rec.status, rec.body.Bytes(), nil
+	rep, _ := answer(req)
+	return rep.status, rep.body, nil
 }
 
 // NewWorkspace makes a drill workspace (its object wiped first, for a run
@@ -305,26 +312,6 @@ func (d *drillWorkspace) Drop(context.Context) error {
 		}
 	}
 	return d.object("/drill/drop", nil)
-}
-
-// recorder is the ResponseWriter a drill's request is answered into.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = 200
-	}
-	return r.body.Write(b)
-}
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
 }
 
 // isDrillPath: the drill routes' prefix.

@@ -1,11 +1,13 @@
-// drills.mjs: the drills' state in a workspace's Durable Object
+// drills.mjs: the drills' state, and detection's cases, in a workspace's Durable Object
 // (workspace.mjs). The drills themselves run in the Go front (cmd/worker,
 // drills.go: kernel/drill, the server's own code); a workspace's object
 // keeps its runs (table drill_runs) and arbitrates which front runs them
 // (one runner at a time per workspace, by a token it renews), and a drill
 // workspace's object (meta drill = 1) keeps its tape: every command it
 // stepped with its answer and events, which the front checks against the
-// kernel's replay. A drill workspace's object tapes the cancel {} it steps
+// kernel's replay. The detectors run in the front too (detection.go); the
+// object keeps the cases they file (table detection_cases, one per
+// finding's key however often runs repeat). A drill workspace's object tapes the cancel {} it steps
 // on every start too: workerd makes an object again when it likes (its
 // alarm after an eviction), and that cancel is replayed like the rest.
 import { json, refusal, b64, blob, dec, enc, jsonArray, EMPTY } from "./respond.mjs";
@@ -22,6 +24,9 @@ export function initDrills(ws) {
   ws.sql.exec(`CREATE TABLE IF NOT EXISTS drill_runs (id INTEGER PRIMARY KEY AUTOINCREMENT, trigger TEXT NOT NULL,
     requested_ms INTEGER NOT NULL, started_ms INTEGER, finished_ms INTEGER, cancelled_ms INTEGER, passed INTEGER,
     drills TEXT NOT NULL DEFAULT '[]')`);
+  ws.sql.exec(`CREATE TABLE IF NOT EXISTS detection_cases (id INTEGER PRIMARY KEY AUTOINCREMENT, detector TEXT NOT NULL,
+    key TEXT NOT NULL UNIQUE, entry_a INTEGER NOT NULL, entry_b INTEGER NOT NULL, finding TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'open', first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL)`);
   if (ws.meta("drill") !== null) {
     ws.sql.exec(`CREATE TABLE IF NOT EXISTS tape (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, now_ms INTEGER NOT NULL,
       body BLOB NOT NULL, status INTEGER NOT NULL, answer BLOB NOT NULL, events BLOB NOT NULL, changed INTEGER NOT NULL)`);
@@ -50,10 +55,11 @@ const open = `finished_ms IS NULL AND cancelled_ms IS NULL`;
 
 // drillsRoute answers the object's drill routes: /keyed/drills/* (a key
 // the object holds), /drills/* (the front's runner) and /drill/* (a drill
-// workspace's own).
+// workspace's own); and detection's, /keyed/detection/*.
 export async function drillsRoute(ws, path, q, req) {
   const now = ws.now();
   if (path.startsWith("/keyed/drills/")) return keyedRoute(ws, path.slice(14), q, now);
+  if (path.startsWith("/keyed/detection/")) return casesRoute(ws, path.slice(17), q, new Uint8Array(await req.arrayBuffer()), now);
   if (path.startsWith("/drills/")) return runnerRoute(ws, path.slice(8), q, new Uint8Array(await req.arrayBuffer()), now);
   return drillRoute(ws, path.slice(7), q);
 }
@@ -149,4 +155,24 @@ async function drillRoute(ws, what, q) {
     return json(200, "[" + rows.map((l) => `{"op":"${l.op}","nowMs":${l.now_ms},"body":"${b64(new Uint8Array(l.command ?? l.body))}"}`).join(",") + "]");
   }
   return refusal(404, "not_found", `no drill workspace route ${what}`);
+}
+
+// casesRoute answers the front's detection runs: the workspace's rules,
+// filing a run's findings (a JSON array of [key, entryA, entryB, finding];
+// answered with their case ids, in order), and the cases.
+function casesRoute(ws, what, q, body, now) {
+  if (what === "rules") return json(200, ws.rules);
+  if (what === "file") {
+    const ids = JSON.parse(dec.decode(body)).map(([key, a, b, finding]) =>
+      ws.sql.exec(`INSERT INTO detection_cases (detector, key, entry_a, entry_b, finding, first_seen_ms, last_seen_ms)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET last_seen_ms = excluded.last_seen_ms RETURNING id`,
+        q.get("detector"), key, a, b, JSON.stringify(finding), now, now).one().id);
+    return json(200, `{"ids":[${ids.join(",")}]}`);
+  }
+  if (what !== "cases") return refusal(404, "not_found", `no detection route ${what}`);
+  const status = q.get("status") ?? "";
+  const rows = ws.sql.exec(`SELECT * FROM detection_cases ${status ? "WHERE status = ?" : ""} ORDER BY id`, ...(status ? [status] : [])).toArray();
+  return json(200, `{"ok":true,"cases":[${rows.map((c) => `{"id":"case_${c.id}","detector":${JSON.stringify(c.detector)},` +
+    `"status":${JSON.stringify(c.status)},"entries":[${c.entry_a},${c.entry_b}],"firstSeenAtMs":${c.first_seen_ms},` +
+    `"lastSeenAtMs":${c.last_seen_ms},"finding":${c.finding}}`).join(",")}]}`);
 }

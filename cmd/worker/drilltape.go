@@ -8,6 +8,7 @@ import (
 
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/api"
+	"github.com/leaseplane/leaseplane/kernel/detect"
 	"github.com/leaseplane/leaseplane/kernel/drill"
 )
 
@@ -56,28 +57,16 @@ func parseTape(b []byte) ([]drill.TapeEntry, error) {
 }
 
 // parseLog reads a drill workspace's log as its object answers it: a JSON
-// array of {op, nowMs, body (base64)}. The object's log keeps no status.
+// array of {op, nowMs, body (base64)}, read as tape entries. The object's
+// log keeps no status.
 func parseLog(b []byte) ([]drill.Record, error) {
-	var out []drill.Record
-	err := kernel.ScanArray(b, func(elem []byte) error {
-		var r drill.Record
-		err := kernel.ScanObject(elem, func(name string, raw []byte) error {
-			var err error
-			switch name {
-			case "op":
-				r.Op, err = kernel.Unquote(raw)
-			case "nowMs":
-				r.NowMs, err = integer(raw)
-			case "body":
-				r.Body, err = base64Field(raw)
-			}
-			return err
-		})
-		out = append(out, r)
-		return err
-	})
+	tape, err := parseTape(b)
 	if err != nil {
-		return nil, errors.New("the drill workspace's log: " + err.Error())
+		return nil, errors.New("the drill workspace's log: " + strings.TrimPrefix(err.Error(), "the drill workspace's tape: "))
+	}
+	out := make([]drill.Record, len(tape))
+	for i, te := range tape {
+		out[i] = drill.Record{Op: string(te.Op), NowMs: te.NowMs, Body: te.Body}
 	}
 	return out, nil
 }
@@ -108,21 +97,28 @@ func emptyBody(body []byte) error {
 	})
 }
 
-// cancelID reads the run of POST /api/v1/drills/cancel's body
-// {"id": "run_N"}: N, or the refusal's message.
-func cancelID(body []byte) (int64, string) {
-	var id *string
+// stringField reads body, a JSON object with no member but field, a
+// string: its value (nil when absent), or what is wrong.
+func stringField(body []byte, field string) (*string, error) {
+	var v *string
 	err := kernel.ScanObject(body, func(name string, raw []byte) error {
-		if name != "id" {
+		if name != field {
 			return errors.New("unknown field " + strconv.Quote(name))
 		}
 		s, err := kernel.Unquote(raw)
 		if err != nil {
-			return errors.New("id must be a string")
+			return errors.New(field + " must be a string")
 		}
-		id = &s
+		v = &s
 		return nil
 	})
+	return v, err
+}
+
+// cancelID reads the run of POST /api/v1/drills/cancel's body
+// {"id": "run_N"}: N, or the refusal's message.
+func cancelID(body []byte) (int64, string) {
+	id, err := stringField(body, "id")
 	if err != nil {
 		return 0, "the body must be a JSON object: " + err.Error() + ` (POST ` + api.PathDrillsCancel + ` takes {"id": "run_N"})`
 	}
@@ -147,4 +143,80 @@ func drillsLimit(q api.Query) (int, string) {
 		return 0, "limit must be an integer from 1 to 1000"
 	}
 	return n, ""
+}
+
+// detectorOf reads POST /api/v1/detection/run's body {"detector": NAME}:
+// the name, or the refusal's message.
+func detectorOf(body []byte) (string, string) {
+	name, err := stringField(body, "detector")
+	if err != nil {
+		return "", "the body must be a JSON object: " + err.Error() + ` (POST ` + api.PathDetectionRun + ` takes {"detector": NAME})`
+	}
+	if name == nil {
+		return "", "detector is required (the detectors: GET " + api.PathDetectors + ")"
+	}
+	return *name, ""
+}
+
+// checkpointSize is the tree size of a signed checkpoint note (its second
+// line).
+func checkpointSize(note []byte) (int64, error) {
+	lines := strings.SplitN(string(note), "\n", 3)
+	if len(lines) < 3 {
+		return 0, errors.New("the ledger's checkpoint is not a note")
+	}
+	n, err := strconv.ParseInt(lines[1], 10, 64)
+	if err != nil || n < 0 {
+		return 0, errors.New("the ledger's checkpoint has no tree size")
+	}
+	return n, nil
+}
+
+// parseEntries reads GET /api/v1/ledger/entries's answer: the entries'
+// indexes and bodies.
+func parseEntries(b []byte) ([]detect.Entry, error) {
+	var out []detect.Entry
+	err := kernel.ScanObject(b, func(name string, raw []byte) error {
+		if name != "entries" {
+			return nil
+		}
+		return kernel.ScanArray(raw, func(elem []byte) error {
+			var e detect.Entry
+			err := kernel.ScanObject(elem, func(name string, raw []byte) error {
+				var err error
+				switch name {
+				case "index":
+					e.Index, err = integer(raw)
+				case "data":
+					e.Data, err = base64Field(raw)
+				}
+				return err
+			})
+			out = append(out, e)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, errors.New("the ledger's entries: " + err.Error())
+	}
+	return out, nil
+}
+
+// caseIDs reads the object's answer to filing n findings: {"ids": [N...]}.
+func caseIDs(b []byte, n int) ([]int64, error) {
+	var ids []int64
+	err := kernel.ScanObject(b, func(name string, raw []byte) error {
+		if name != "ids" {
+			return nil
+		}
+		return kernel.ScanArray(raw, func(elem []byte) error {
+			id, err := integer(elem)
+			ids = append(ids, id)
+			return err
+		})
+	})
+	if err == nil && len(ids) != n {
+		err = errors.New(strconv.Itoa(len(ids)) + " case ids for " + strconv.Itoa(n) + " findings")
+	}
+	return ids, err
 }

@@ -47,53 +47,60 @@ func handle(w http.ResponseWriter, r *http.Request) {
 	route(w, r)
 }
 
-// route answers one request: a client's, or a drill's (drills.go), which
-// goes through the same routes.
+// route answers one request, a client's or a drill's (drills.go).
 func route(w http.ResponseWriter, r *http.Request) {
+	rep, allow := answer(r)
+	if allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	write(w, rep)
+}
+
+// answer decides the reply to r; allow is the Allow header to send with
+// it (the route's method, when r used another), or "".
+func answer(r *http.Request) (reply, string) {
 	path := r.URL.Path
 	switch {
 	case path == "/healthz":
 		b := strconv.AppendInt([]byte(`{"ok":true,"tier":"workers","served":`), served.Load(), 10)
-		write(w, reply{status: 200, body: append(b, '}')})
+		return reply{status: 200, body: append(b, '}')}, ""
 	case strings.HasPrefix(path, "/admin/v1/"):
-		write(w, admin(r))
+		return admin(r), ""
 	case strings.HasPrefix(path, api.PathLedger):
+		allow := ""
 		if rt, ok := api.LedgerRoute(path); ok && !rt.Allows(r.Method) {
-			w.Header().Set("Allow", rt.Method)
+			allow = rt.Method
 		}
-		write(w, ledgerRoute(r))
+		return ledgerRoute(r), allow
 	case path == api.PathWhoami || path == pathMetrics:
-		write(w, keyedGet(r, path))
-	case isDrillPath(path):
-		rt, ok := drillRoute(path)
-		if !ok {
-			write(w, refusal(404, "not_found", "no drill route "+path))
-			return
-		}
-		if !rt.Allows(r.Method) {
-			w.Header().Set("Allow", rt.Method)
-			write(w, fromAPI(api.MethodNotAllowed(rt, r.Method)))
-			return
-		}
-		write(w, drills(r, rt))
+		return keyedGet(r, path), ""
 	case path == pathMCP:
+		allow := ""
 		if r.Method != "POST" {
-			w.Header().Set("Allow", "POST")
+			allow = "POST"
 		}
-		write(w, mcp(r))
-	default:
-		rt, ok := api.LeaseRoute(path)
-		if !ok {
-			write(w, fromAPI(api.NotFound(path, api.LeaseRouteList)))
-			return
-		}
-		if !rt.Allows(r.Method) {
-			w.Header().Set("Allow", rt.Method)
-			write(w, fromAPI(api.MethodNotAllowed(rt, r.Method)))
-			return
-		}
-		write(w, lease(r, rt))
+		return mcp(r), allow
+	case isDrillPath(path):
+		rt, ok := routeIn(drillRoutes, path)
+		return routed(r, rt, ok, func() reply { return refusal(404, "not_found", "no drill route "+path) }, drills)
+	case strings.HasPrefix(path, pathDetection):
+		rt, ok := routeIn(detectionRoutes, path)
+		return routed(r, rt, ok, func() reply { return refusal(404, "not_found", "no detection route "+path) }, detection)
 	}
+	rt, ok := api.LeaseRoute(path)
+	return routed(r, rt, ok, func() reply { return fromAPI(api.NotFound(path, api.LeaseRouteList)) }, lease)
+}
+
+// routed answers r by f when the path has route rt of its table (found)
+// and r uses its method.
+func routed(r *http.Request, rt api.Route, found bool, notFound func() reply, f func(*http.Request, api.Route) reply) (reply, string) {
+	if !found {
+		return notFound(), ""
+	}
+	if !rt.Allows(r.Method) {
+		return fromAPI(api.MethodNotAllowed(rt, r.Method)), rt.Method
+	}
+	return f(r, rt), ""
 }
 
 // lease authenticates one lease request and sends it to its workspace's
@@ -476,26 +483,10 @@ func revokeKey(ks kvKeys, id string) reply {
 	return reply{status: 200, body: []byte(`{"ok":true,"revoked":true}`)}
 }
 
-var (
-	jsonType = []string{"application/json"}
-	noSniff  = []string{"nosniff"}
-	noStore  = []string{"no-store"}
-)
-
+// write writes r with the headers of every reply (api.SetHeaders, the
+// server's too).
 func write(w http.ResponseWriter, r reply) {
-	h := w.Header()
-	h["Content-Type"] = jsonType
-	if r.contentType != "" {
-		h.Set("Content-Type", r.contentType)
-	}
-	h["X-Content-Type-Options"] = noSniff
-	h["Cache-Control"] = noStore
-	if r.retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(r.retryAfter))
-	}
-	if r.status == 401 {
-		h.Set("WWW-Authenticate", `Bearer realm="leaseplane"`)
-	}
+	api.SetHeaders(w.Header(), r.contentType, r.retryAfter, r.status)
 	w.WriteHeader(r.status)
 	// The body goes to JavaScript as one Uint8Array, not through
 	// syumai/workers' stream: closing that stream closes the library's

@@ -271,16 +271,8 @@ func (t mcpTool) body(raw []byte) ([]byte, int, error) {
 // refusal the agent acts on (lease_held, deadlock, stale_lease, suspended)
 // is a normal result, any other status an isError result led by a message.
 func toolResult(status int, answer []byte) []byte {
-	var reason, msg string
-	if err := kernel.ScanObject(answer, func(k string, raw []byte) error {
-		switch k {
-		case "reason":
-			reason, _ = kernel.Unquote(raw)
-		case "error":
-			msg, _ = kernel.Unquote(raw)
-		}
-		return nil
-	}); err != nil {
+	reason, msg, err := kernel.StringMembers(answer, "reason", "error")
+	if err != nil {
 		return toolError("the lease plane answered HTTP " + strconv.Itoa(status) + " with a body that is not JSON")
 	}
 	text := kernel.AppendQuote([]byte(`{"type":"text","text":`), string(answer))

@@ -3,7 +3,7 @@
 // revoking keys, its metrics, and the test routes. Each takes the object.
 import kernelModule from "./kernel.wasm";
 import { Kernel } from "./kernel.mjs";
-import { json, refusal, unavailable, prometheus, dec } from "./respond.mjs";
+import { json, refusal, unavailable, prometheus, enc, dec } from "./respond.mjs";
 
 // create makes the workspace. Once it has had a key it is refused
 // workspace_exists; before that, the same creation again is answered as
@@ -97,6 +97,13 @@ export function testRoute(ws, what, q) {
     ws.held.delete(id);
     h?.resolve(unavailable(`the test route /test/${what} ended this request`));
     return json(200, { ok: true, found: h !== undefined });
+  }
+  if (what === "plant") {
+    // Events put in the ledger as a broken plane would have recorded them
+    // (q: events, a JSON array), for the detectors' tests.
+    ws.catchUp();
+    ws.ctx.storage.transactionSync(() => ws.book.append(enc.encode(q.get("events")), ws.seq, ws.now()));
+    return json(200, { ok: true, entries: ws.book.size });
   }
   if (what !== "state") return refusal(404, "not_found", `no test route ${what}`);
   const log = ws.sql.exec(`SELECT seq, op, now_ms FROM log ORDER BY seq`).toArray();

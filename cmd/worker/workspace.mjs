@@ -154,7 +154,7 @@ export class Workspace extends DurableObject {
       });
     }
     if (path === "/create") return create(this, q.get("name"), new Uint8Array(await req.arrayBuffer()), q.get("drill") === "1");
-    if (/^\/(keyed\/drills|drills|drill)\//.test(path)) return drillsRoute(this, path, q, req);
+    if (/^\/(keyed\/drills|keyed\/detection|drills|drill)\//.test(path)) return drillsRoute(this, path, q, req);
     if (path === "/replay") return replay(req, kernelModule);
     if (!made) return absent();
     if (path === "/keys/add" || path === "/keys/revoke") return key(this, path.slice(6), q);

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
@@ -193,5 +194,24 @@ func TestRoutes(t *testing.T) {
 	}
 	if u := Unavailable("x"); u.Status != 503 || u.RetryAfter != 1 {
 		t.Errorf("Unavailable: %v", u)
+	}
+}
+
+func TestSetHeaders(t *testing.T) {
+	h := http.Header{}
+	SetHeaders(h, "", 1, 429)
+	if h.Get("Content-Type") != "application/json" || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Cache-Control") != "no-store" ||
+		h.Get("Retry-After") != "1" || h.Get("WWW-Authenticate") != "" || len(h) != 4 {
+		t.Fatalf("a 429: %v", h)
+	}
+	h = http.Header{}
+	SetHeaders(h, "text/plain", 7, 401)
+	if h.Get("Content-Type") != "text/plain" || h.Get("Retry-After") != "7" || h.Get("WWW-Authenticate") != `Bearer realm="leaseplane"` || len(h) != 5 {
+		t.Fatalf("a 401: %v", h)
+	}
+	h = http.Header{}
+	SetHeaders(h, "", 0, 200)
+	if _, ok := h["Retry-After"]; ok || len(h) != 3 {
+		t.Fatalf("a 200: %v", h)
 	}
 }

@@ -14,6 +14,39 @@ type Reply struct {
 	Body       []byte
 }
 
+// Every reply's headers, shared by the hosts (callers never append to
+// them).
+var (
+	jsonType        = []string{"application/json"}
+	noSniff         = []string{"nosniff"}
+	noStore         = []string{"no-store"}
+	retryAfters     = [...][]string{{"0"}, {"1"}}
+	bearerChallenge = []string{`Bearer realm="leaseplane"`}
+)
+
+// SetHeaders sets on h (a net/http Header: its type is this map's) the
+// headers every reply of either host carries: Content-Type (JSON, or
+// contentType when set), nosniff, no-store, Retry-After when retryAfter is
+// above zero, and on a 401 the Bearer challenge. The keys are canonical.
+func SetHeaders(h map[string][]string, contentType string, retryAfter, status int) {
+	h["Content-Type"] = jsonType
+	if contentType != "" {
+		h["Content-Type"] = []string{contentType}
+	}
+	h["X-Content-Type-Options"] = noSniff
+	h["Cache-Control"] = noStore
+	if retryAfter > 0 {
+		if retryAfter < len(retryAfters) {
+			h["Retry-After"] = retryAfters[retryAfter]
+		} else {
+			h["Retry-After"] = []string{strconv.Itoa(retryAfter)}
+		}
+	}
+	if status == 401 {
+		h["Www-Authenticate"] = bearerChallenge
+	}
+}
+
 // The reasons the hosts answer with themselves (the kernel's are in
 // package kernel).
 const (

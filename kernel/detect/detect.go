@@ -43,6 +43,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/leaseplane/leaseplane/kernel"
 )
@@ -270,3 +271,57 @@ func (e *EntryError) Error() string {
 }
 
 func (e *EntryError) Unwrap() error { return e.Err }
+
+// AppendJSON appends f as JSON: the members of Finding's JSON tags, in
+// their order (what encoding/json writes for it), for hosts without
+// reflection.
+func (f Finding) AppendJSON(b []byte) []byte {
+	b = append(b, `{"detector":`...)
+	b = kernel.AppendQuote(b, f.Detector)
+	b = append(b, `,"kind":`...)
+	b = kernel.AppendQuote(b, f.Kind)
+	b = append(b, `,"resource":`...)
+	b = kernel.AppendQuote(b, f.Resource)
+	b = append(b, `,"class":`...)
+	b = kernel.AppendQuote(b, f.Class)
+	b = append(b, `,"atMs":`...)
+	b = strconv.AppendInt(b, f.AtMs, 10)
+	b = append(b, `,"a":`...)
+	b = f.A.appendJSON(b)
+	b = append(b, `,"b":`...)
+	b = f.B.appendJSON(b)
+	b = append(b, `,"text":`...)
+	b = kernel.AppendQuote(b, f.Text)
+	return append(b, '}')
+}
+
+func (s Side) appendJSON(b []byte) []byte {
+	b = append(b, `{"leaseId":`...)
+	b = kernel.AppendQuote(b, s.LeaseID)
+	b = append(b, `,"resource":`...)
+	b = kernel.AppendQuote(b, s.Resource)
+	b = append(b, `,"actorDid":`...)
+	b = kernel.AppendQuote(b, s.ActorDid)
+	b = append(b, `,"mode":`...)
+	b = kernel.AppendQuote(b, s.Mode)
+	b = append(b, `,"fence":`...)
+	b = strconv.AppendInt(b, s.Fence, 10)
+	b = append(b, `,"entry":`...)
+	b = strconv.AppendInt(b, s.Entry, 10)
+	b = append(b, `,"grantEntry":`...)
+	b = strconv.AppendInt(b, s.GrantEntry, 10)
+	return append(b, '}')
+}
+
+// OptionsFor are the options of a run over a workspace with rules: a
+// resource under one of its read-shared prefixes is read-shared.
+func OptionsFor(rules kernel.Rules) Options {
+	return Options{ClassOf: func(res string) string {
+		for _, p := range rules.ReadShared {
+			if strings.HasPrefix(res, p) {
+				return ClassReadShared
+			}
+		}
+		return ClassExclusive
+	}}
+}

@@ -2,6 +2,7 @@ package detect_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -299,5 +300,26 @@ func TestFindsWhatIsTakenAway(t *testing.T) {
 	}
 	if found < 5 {
 		t.Fatalf("only %d releases followed by another's grant in the run", found)
+	}
+}
+
+func TestFindingAppendJSONIsEncodingJSONs(t *testing.T) {
+	f := detect.Finding{Detector: "lease-overlap", Kind: "overlap", Resource: `lock:"q"`, Class: "exclusive", AtMs: 5,
+		A: detect.Side{LeaseID: "lease_a", Resource: "lock:x", ActorDid: "did:web:a", Mode: "write", Fence: 1, Entry: 2, GrantEntry: -1},
+		B: detect.Side{LeaseID: "lease_b", Resource: "lock:x", ActorDid: "did:web:b", Mode: "read", Fence: 3, Entry: 4, GrantEntry: 4}, Text: "two\nlines"}
+	want, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.AppendJSON(nil); string(got) != string(want) {
+		t.Fatalf("AppendJSON:\n got %s\nwant %s", got, want)
+	}
+	rules, err := kernel.ParseRules([]byte(`{"readShared":["file:"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := detect.OptionsFor(rules)
+	if o.ClassOf("file:a") != detect.ClassReadShared || o.ClassOf("lock:a") != detect.ClassExclusive {
+		t.Fatal("OptionsFor")
 	}
 }

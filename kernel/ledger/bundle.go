@@ -224,15 +224,7 @@ func (v Verified) Summary() string {
 
 // EntryLease reads an entry's type and lease id ("" where it has none).
 func EntryLease(entry []byte) (typ, leaseID string) {
-	_ = kernel.ScanMembers(entry, func(name string, raw []byte) error {
-		switch name {
-		case "type":
-			typ, _ = kernel.Unquote(raw)
-		case "leaseId":
-			leaseID, _ = kernel.Unquote(raw)
-		}
-		return nil
-	})
+	typ, leaseID, _ = kernel.StringMembers(entry, "type", "leaseId")
 	return typ, leaseID
 }
 

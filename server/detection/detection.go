@@ -120,15 +120,7 @@ func (s *Service) run(ctx context.Context, ws int64, d detect.Detector) (Run, er
 		return out, err
 	}
 	rules, _ := kernel.ParseRules(w.Rules)
-	classOf := func(res string) string {
-		for _, p := range rules.ReadShared {
-			if strings.HasPrefix(res, p) {
-				return detect.ClassReadShared
-			}
-		}
-		return detect.ClassExclusive
-	}
-	fs, err := d.Run(entries, detect.Options{ClassOf: classOf})
+	fs, err := d.Run(entries, detect.OptionsFor(rules))
 	if err != nil {
 		return out, err
 	}
