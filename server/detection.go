@@ -117,7 +117,7 @@ func (s *Server) recordDrillRun(ws, id, started, finished int64, passed bool, re
 
 func (s *Server) detectionRoutes() {
 	s.mux.Handle(RouteDetectors, s.keyRoute(api.Detectors, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
-		return jsonReply(map[string]any{"ok": true, "detectors": detect.Detectors()})
+		return reply{status: 200, answer: detect.ListJSON()}
 	}))
 	s.mux.Handle(RouteDetectionRun, s.keyRoute(api.DetectionRun, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		var req struct {

@@ -35,18 +35,7 @@ func detection(r *http.Request, rt api.Route) reply {
 		if rep := toObject(k.workspace, "/keyed/whoami", nil, k.id); rep.status != 200 {
 			return rep
 		}
-		b := []byte(`{"ok":true,"detectors":[`)
-		for i, d := range detect.Detectors() {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"name":`...)
-			b = kernel.AppendQuote(b, d.Name)
-			b = append(b, `,"summary":`...)
-			b = kernel.AppendQuote(b, d.Summary)
-			b = append(b, '}')
-		}
-		return reply{status: 200, body: append(b, "]}"...)}
+		return reply{status: 200, body: detect.ListJSON()}
 	case api.PathDetectionCases:
 		status, _ := q.Get("status")
 		if status != "" && status != "open" {

@@ -272,6 +272,24 @@ func (e *EntryError) Error() string {
 
 func (e *EntryError) Unwrap() error { return e.Err }
 
+// ListJSON is the answer of GET /api/v1/detection/detectors on every
+// host: {"ok":true,"detectors":[{"name","summary"}…]}, the detectors in
+// their order. Hosts answer it as it is, so both tiers give these bytes.
+func ListJSON() []byte {
+	b := []byte(`{"ok":true,"detectors":[`)
+	for i, d := range detectors {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = kernel.AppendQuote(b, d.Name)
+		b = append(b, `,"summary":`...)
+		b = kernel.AppendQuote(b, d.Summary)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
 // AppendJSON appends f as JSON: the members of Finding's JSON tags, in
 // their order (what encoding/json writes for it), for hosts without
 // reflection.

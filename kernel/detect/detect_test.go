@@ -323,3 +323,18 @@ func TestFindingAppendJSONIsEncodingJSONs(t *testing.T) {
 		t.Fatal("OptionsFor")
 	}
 }
+
+// TestListJSONIsEncodingJSONs: the detectors' list, which both hosts
+// answer as it is, is what encoding/json writes for it, ok first.
+func TestListJSONIsEncodingJSONs(t *testing.T) {
+	want, err := json.Marshal(struct {
+		OK        bool              `json:"ok"`
+		Detectors []detect.Detector `json:"detectors"`
+	}{true, detect.Detectors()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := detect.ListJSON(); string(got) != string(want) {
+		t.Fatalf("ListJSON:\n got %s\nwant %s", got, want)
+	}
+}
