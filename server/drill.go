@@ -30,7 +30,7 @@ func (h drillHost) Handler() http.Handler                          { return h.s.
 
 // NewWorkspace makes a drill workspace with a workspace key and an
 // operator key, loads it and starts its tape.
-func (h drillHost) NewWorkspace(name string, rules []byte) (drill.Workspace, error) {
+func (h drillHost) NewWorkspace(_ context.Context, name string, rules []byte) (drill.Workspace, error) {
 	s := h.s
 	now := s.nowMs()
 	w, err := s.store.CreateDrillWorkspace(name, rules, now)
@@ -39,7 +39,7 @@ func (h drillHost) NewWorkspace(name string, rules []byte) (drill.Workspace, err
 	}
 	d := &drillWorkspace{s: s, id: w.ID}
 	fail := func(err error) (drill.Workspace, error) {
-		d.Drop()
+		d.Drop(context.Background())
 		return nil, err
 	}
 	if d.wkey, _, err = s.store.CreateKey(w, store.RoleWorkspace, "", now); err != nil {
@@ -67,13 +67,13 @@ type drillWorkspace struct {
 
 func (d *drillWorkspace) Keys() (string, string) { return d.wkey, d.okey }
 
-func (d *drillWorkspace) Tape(from int) []drill.TapeEntry {
+func (d *drillWorkspace) Tape(_ context.Context, from int) ([]drill.TapeEntry, error) {
 	d.ws.mu.Lock()
 	defer d.ws.mu.Unlock()
-	return append([]drill.TapeEntry(nil), d.ws.tape[from:]...)
+	return append([]drill.TapeEntry(nil), d.ws.tape[from:]...), nil
 }
 
-func (d *drillWorkspace) Durable(ctx context.Context) ([]store.Record, error) {
+func (d *drillWorkspace) Durable(ctx context.Context) ([]drill.Record, error) {
 	d.ws.mu.Lock()
 	last := d.ws.last
 	d.ws.mu.Unlock()
@@ -84,10 +84,15 @@ func (d *drillWorkspace) Durable(ctx context.Context) ([]store.Record, error) {
 			return nil, ctx.Err()
 		}
 	}
-	return d.s.store.LogSince(ctx, d.id, 0)
+	recs, err := d.s.store.LogSince(ctx, d.id, 0)
+	out := make([]drill.Record, len(recs))
+	for i, r := range recs {
+		out[i] = drill.Record{Op: r.Op, NowMs: r.NowMs, Body: r.Body, Status: r.Status}
+	}
+	return out, err
 }
 
-func (d *drillWorkspace) Drop() error { return d.s.dropDrillWorkspace(d.id, d.ws) }
+func (d *drillWorkspace) Drop(context.Context) error { return d.s.dropDrillWorkspace(d.id, d.ws) }
 
 // sleepUntil waits until the server's clock reaches ms, on the server's
 // timers.

@@ -5,7 +5,8 @@
 // a fresh workspace of its own (named store.DrillPrefix+…, which no real
 // workspace can be named), dropped after the drill.
 //
-// The server calls Run and reaches nothing of it but Host and Workspace;
+// The server calls Run and reaches nothing of it but Host and kernel/drill's
+// Workspace;
 // it queues the runs (one at a time, every run kept in the store).
 package drill
 
@@ -19,7 +20,6 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel/drill"
-	"github.com/leaseplane/leaseplane/server/store"
 )
 
 // Names are the drills in the order a run runs them.
@@ -30,6 +30,8 @@ type (
 	Drill     = drill.Drill
 	Result    = drill.Result
 	TapeEntry = drill.TapeEntry
+	Record    = drill.Record
+	Workspace = drill.Workspace
 )
 
 // All returns the drills, parsed, in run order.
@@ -38,7 +40,9 @@ func All() ([]Drill, error) { return drill.All() }
 // ResultsJSON encodes results for the store and the routes.
 func ResultsJSON(rs []Result) []byte { return drill.ResultsJSON(rs) }
 
-// Host is what a run needs of the server.
+// Host is what a run needs of the server: kernel/drill's Host but for
+// Send, which this package makes over HTTP to Handler. NewWorkspace names
+// the workspace store.DrillPrefix+suffix and loads it.
 type Host interface {
 	// NowMs is the plane's clock; SleepUntil waits on the plane's timers
 	// until it reaches ms (ctx's error when ctx ends first).
@@ -46,21 +50,7 @@ type Host interface {
 	SleepUntil(ctx context.Context, ms int64) error
 	// Handler is the server's HTTP handler, the drills' way in.
 	Handler() http.Handler
-	// NewWorkspace makes a drill workspace named name with rules, loads it
-	// and starts recording what it applies.
-	NewWorkspace(name string, rules []byte) (Workspace, error)
-}
-
-// Workspace is one drill's workspace on the plane.
-type Workspace interface {
-	// Keys are its workspace key and its operator key.
-	Keys() (workspace, operator string)
-	// Tape is what it applied from entry from on.
-	Tape(from int) []TapeEntry
-	// Durable waits for its last commit and reads its durable log.
-	Durable(ctx context.Context) ([]store.Record, error)
-	// Drop stops it (no further commands or alarms) and deletes it.
-	Drop() error
+	NewWorkspace(ctx context.Context, suffix string, rules []byte) (drill.Workspace, error)
 }
 
 // Run runs the drills of run runID in order (only those named in names,
@@ -77,27 +67,16 @@ func Run(ctx context.Context, h Host, runID int64, names []string, progress func
 	defer hs.Close()
 	tr := &http.Transport{MaxIdleConnsPerHost: 4}
 	defer tr.CloseIdleConnections()
-	e := &host{h: h, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	e := &host{Host: h, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	return drill.Run(ctx, e, runID, names, progress)
 }
 
 // host is the server as kernel/drill's Host: its requests go over HTTP to
 // the run's listener.
 type host struct {
-	h      Host
+	Host
 	base   string // http://127.0.0.1:port of the run's listener
 	client *http.Client
-}
-
-func (e *host) NowMs() int64                                   { return e.h.NowMs() }
-func (e *host) SleepUntil(ctx context.Context, ms int64) error { return e.h.SleepUntil(ctx, ms) }
-
-func (e *host) NewWorkspace(_ context.Context, suffix string, rules []byte) (drill.Workspace, error) {
-	ws, err := e.h.NewWorkspace(suffix, rules)
-	if err != nil {
-		return nil, err
-	}
-	return workspace{ws}, nil
 }
 
 func (e *host) Send(ctx context.Context, r drill.Request, key string) (int, []byte, error) {
@@ -124,22 +103,4 @@ func (e *host) Send(ctx context.Context, r drill.Request, key string) (int, []by
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	return resp.StatusCode, b, err
-}
-
-// workspace is a server drill workspace as kernel/drill's Workspace.
-type workspace struct{ w Workspace }
-
-func (w workspace) Keys() (string, string) { return w.w.Keys() }
-func (w workspace) Tape(_ context.Context, from int) ([]drill.TapeEntry, error) {
-	return w.w.Tape(from), nil
-}
-func (w workspace) Drop(context.Context) error { return w.w.Drop() }
-
-func (w workspace) Durable(ctx context.Context) ([]drill.Record, error) {
-	recs, err := w.w.Durable(ctx)
-	out := make([]drill.Record, len(recs))
-	for i, r := range recs {
-		out[i] = drill.Record{Op: r.Op, NowMs: r.NowMs, Body: r.Body, Status: r.Status}
-	}
-	return out, err
 }
