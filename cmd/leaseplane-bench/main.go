@@ -205,6 +205,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	batch := fs.Int("batch", 0, "prototype, spread only: each leaseplane client is an orchestrator for B agents and sends their acquires, then their releases, in one request each (--clients/B orchestrators); needs a server with the prototype batch route, which the product does not have (docs/BENCHMARKS.md)")
 	h2c := fs.Int("h2c", 0, "prototype: leaseplane's clients share N HTTP/2 connections without TLS (prior knowledge) instead of one HTTP/1.1 connection each; needs a server that speaks h2c, which the product does not today (docs/BENCHMARKS.md)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the first leaseplane target's first workload (spread by default) in the first run to this file: of the server process (its serve --cpuprofile), or with --in-process of this process (server and load generator)")
+	loadgenProfile := fs.String("loadgen-cpuprofile", "", "write a CPU profile of this process, the load generator, during the first leaseplane target's first workload in the first run to this file (beside --cpuprofile, the server process's); not with --in-process, where --cpuprofile is this process's")
 	model := fs.Bool("model", false, "instead of measuring, run the queue workload against the kernel in virtual time (held and polled) with the latencies below, and print its pairs/s: the ceiling of each way of waiting under the kernel's rules (docs/BENCHMARKS.md)")
 	modelOneway := fs.Duration("model-oneway", 100*time.Microsecond, "--model: a request's or an answer's trip")
 	modelCommit := fs.Duration("model-commit", 500*time.Microsecond, "--model: how long a logged command's answer waits for its commit")
@@ -288,20 +289,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "leaseplane-bench: --server-binary and --in-process: choose one")
 		return exitUsage
 	}
-	var profile string
-	if *cpuProfile != "" {
-		p, err := filepath.Abs(*cpuProfile)
-		if err == nil {
-			var f *os.File
-			if f, err = os.Create(p); err == nil {
-				f.Close()
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "leaseplane-bench: --cpuprofile: %v\n", err)
-			return exitUsage
-		}
-		profile = p
+	if *loadgenProfile != "" && *inProcess {
+		fmt.Fprintln(stderr, "leaseplane-bench: --loadgen-cpuprofile and --in-process: choose one (with --in-process, --cpuprofile profiles this process)")
+		return exitUsage
+	}
+	profile, ok := profilePath(stderr, "--cpuprofile", *cpuProfile)
+	if !ok {
+		return exitUsage
+	}
+	lgProfile, ok := profilePath(stderr, "--loadgen-cpuprofile", *loadgenProfile)
+	if !ok {
+		return exitUsage
+	}
+	if profile != "" && profile == lgProfile {
+		fmt.Fprintln(stderr, "leaseplane-bench: --cpuprofile and --loadgen-cpuprofile name the same file")
+		return exitUsage
 	}
 
 	var specs []spec
@@ -398,34 +400,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 		failures = append(failures, fmt.Sprintf(format, a...))
 		status = exitFailed
 	}
-	profiled := profile == ""
+	profiled := profile == "" && lgProfile == ""
 	for r := range *runs {
 		for _, j := range jobs {
 			label := j.row()
 			fmt.Fprintf(stderr, "leaseplane-bench: run %d/%d: %s %s\n", r+1, *runs, label, j.workload)
-			prof := ""
+			prof, lgProf := "", ""
 			if !profiled && j.plane {
-				prof, profiled = profile, true
+				prof, lgProf, profiled = profile, lgProfile, true
 			}
 			serverProf := prof
 			if *inProcess {
-				serverProf = ""
+				// The server runs in this process: its profile is this
+				// process's, taken as the load generator's would be.
+				serverProf, lgProf = "", prof
 			}
 			tg, err := j.open(serverProf)
 			if err != nil {
 				fail("run %d: %s %s not measured: %v", r+1, label, j.workload, err)
 				continue
 			}
-			inProf := false
-			if prof != "" && *inProcess {
-				if f, err := os.Create(prof); err != nil {
-					fail("--cpuprofile: %v", err)
-				} else if err := pprof.StartCPUProfile(f); err != nil {
-					f.Close()
-					fail("--cpuprofile: %v", err)
-				} else {
-					defer f.Close()
-					inProf = true
+			var stopProf func() error
+			if lgProf != "" {
+				flag := "--loadgen-cpuprofile"
+				if *inProcess {
+					flag = "--cpuprofile"
+				}
+				if stopProf, err = startCPUProfile(lgProf); err != nil {
+					fail("%s: %v", flag, err)
 				}
 			}
 			n := *clients
@@ -433,8 +435,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 				n /= *batch // orchestrators, each for batch agents
 			}
 			res, err := measure(tg, j.workload, j.polled, n, sp)
-			if inProf {
-				pprof.StopCPUProfile()
+			if stopProf != nil {
+				if perr := stopProf(); perr != nil {
+					fail("writing the load generator's CPU profile %s: %v", lgProf, perr)
+				}
 			}
 			if cerr := tg.close(); cerr != nil {
 				fail("run %d: %s %s: stopping: %v", r+1, label, j.workload, cerr)
@@ -451,6 +455,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if prof != "" {
 				fmt.Fprintf(stdout, "CPU profile of %s %s (%s): %s\n", label, j.workload, map[bool]string{true: "this process: server and load generator", false: "the server process"}[*inProcess], prof)
 			}
+			if lgProf != "" && !*inProcess && stopProf != nil {
+				fmt.Fprintf(stdout, "CPU profile of %s %s (the load generator, this process): %s\n", label, j.workload, lgProf)
+			}
 		}
 	}
 	sums := summarize(all, *runs)
@@ -462,6 +469,43 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, f)
 	}
 	return status
+}
+
+// profilePath makes a profile flag's file absolute and checks that it can
+// be created; "" stays "".
+func profilePath(stderr io.Writer, flag, name string) (string, bool) {
+	if name == "" {
+		return "", true
+	}
+	p, err := filepath.Abs(name)
+	if err == nil {
+		var f *os.File
+		if f, err = os.Create(p); err == nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "leaseplane-bench: %s: %v\n", flag, err)
+		return "", false
+	}
+	return p, true
+}
+
+// startCPUProfile profiles this process into file until the function it
+// returns is called, which writes the profile out and closes the file.
+func startCPUProfile(file string) (stop func() error, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // list splits a comma-separated flag value and checks each name.

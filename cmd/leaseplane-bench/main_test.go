@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -165,7 +167,54 @@ func TestProcessPlaneCPUProfile(t *testing.T) {
 	}
 }
 
+// TestProcessPlaneLoadgenCPUProfile: --loadgen-cpuprofile profiles this
+// process (the load generator) during the first leaseplane workload, beside
+// --cpuprofile's profile of the server process: each is a gzipped profile
+// that go tool pprof reads, and each names its own process's executable
+// among its mappings (this test binary; the leaseplane binary).
+func TestProcessPlaneLoadgenCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	srvProf, lgProf := filepath.Join(dir, "server.prof"), filepath.Join(dir, "loadgen.prof")
+	bin := serverBinary(t)
+	code, out, errOut := cli(t, "--server-binary", bin, "--clients", "2", "--pairs", "20", "--duration", "2m", "--peers", "",
+		"--workloads", "spread,contended", "--cpuprofile", srvProf, "--loadgen-cpuprofile", lgProf)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "CPU profile of leaseplane/native spread (the load generator, this process): "+lgProf) {
+		t.Errorf("the output does not name the load generator's profile:\n%s", out)
+	}
+	if n := strings.Count(out, "CPU profile of "); n != 2 {
+		t.Errorf("the output names %d profiles, want 2 (the first workload's only):\n%s", n, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct{ file, exe string }{{lgProf, self}, {srvProf, bin}} {
+		b, err := os.ReadFile(p.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %d bytes, not gzip: %v", p.file, len(b), err)
+		}
+		raw, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("%s: %v", p.file, err)
+		}
+		if !bytes.Contains(raw, []byte(p.exe)) {
+			t.Errorf("%s does not name %s among its mappings: not that process's profile", p.file, p.exe)
+		}
+		if top, err := exec.Command("go", "tool", "pprof", "-top", p.file).CombinedOutput(); err != nil {
+			t.Errorf("go tool pprof -top %s: %v\n%s", p.file, err, top)
+		}
+	}
+}
+
 func TestBenchUsage(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "x.prof")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -182,6 +231,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"--pairs", "-1"}, "--pairs -1: want 0"},
 		{[]string{"--queue-waits", "spin"}, `unknown queue wait "spin"`},
 		{[]string{"--in-process", "--server-binary", "/x"}, "choose one"},
+		{[]string{"--in-process", "--loadgen-cpuprofile", prof}, "--loadgen-cpuprofile and --in-process: choose one"},
+		{[]string{"--cpuprofile", prof, "--loadgen-cpuprofile", prof}, "name the same file"},
+		{[]string{"--loadgen-cpuprofile", "/no/such/dir/x.prof"}, "--loadgen-cpuprofile: open /no/such/dir/x.prof"},
 	} {
 		code, _, errOut := cli(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
