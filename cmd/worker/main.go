@@ -183,7 +183,7 @@ func mcp(r *http.Request) reply {
 		if rep := toObject(k.workspace, "/keyed/whoami", nil, k.id); rep.status != 200 {
 			return rep
 		}
-		return result(mcpParts["tools"])
+		return result(mcpToolList(k.role))
 	case "tools/call":
 		t, body, wait, argErr, rpcErr := toolCall(m.params)
 		if rpcErr != "" {
@@ -191,6 +191,9 @@ func mcp(r *http.Request) reply {
 		}
 		if argErr != "" {
 			return result(toolError(argErr))
+		}
+		if t.path != "" {
+			return operatorTool(r, m.id, t, body)
 		}
 		c := kernel.DecodeCommand(t.op, 0, body)
 		if wait > 0 && c.Invalid == "" {

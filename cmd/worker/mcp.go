@@ -122,10 +122,12 @@ func mcpInitialize(params []byte) []byte {
 	return append(kernel.AppendQuote(b, kernel.Version), "}}"...)
 }
 
-// mcpTool is one tool: its op and arguments, in the server's order.
+// mcpTool is one tool: its op (or, for an operator tool, the REST route
+// that answers it) and arguments, in the server's order.
 type mcpTool struct {
 	name string
 	op   kernel.Op
+	path string // an operator tool's route (POST): its answer is the tool's
 	args []mcpArg
 }
 
@@ -143,6 +145,21 @@ var mcpTools = []mcpTool{
 	{name: "coordination.lease.release", op: kernel.OpRelease, args: []mcpArg{
 		{"resource", "string", true, true}, {"actorDid", "string", true, true}}},
 	{name: "coordination.wait", op: kernel.OpWait},
+	// The operator tools, listed to operator keys (mcpToolList); any
+	// other key's call is refused by the route, as on the server.
+	{name: "drills.run", path: api.PathDrillsRun},
+	{name: "drills.cancel", path: api.PathDrillsCancel, args: []mcpArg{{"id", "string", true, true}}},
+	{name: "detection.run", path: api.PathDetectionRun, args: []mcpArg{{"detector", "string", true, true}}},
+}
+
+// mcpToolList is tools/list's result for a key of role: the server's
+// answer to that role (mcp.json: "operatorTools" for an operator key,
+// "tools" for any other).
+func mcpToolList(role string) []byte {
+	if role == string(api.RoleOperator) {
+		return mcpParts["operatorTools"]
+	}
+	return mcpParts["tools"]
 }
 
 // findTool finds a tool by either spelling (coordination.wait,

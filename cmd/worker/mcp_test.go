@@ -17,7 +17,10 @@ func TestMCPToolCalls(t *testing.T) {
 		{params: `{"name":"coordination.lease.release","arguments":{"resource":1,"actorDid":"d"}}`, argErr: "resource must be a string"},
 		{params: `{"name":"coordination.lease.acquire","arguments":{"resource":"r","actorDid":"d","waitUpToMs":1.5}}`, argErr: "waitUpToMs must be a whole number of milliseconds from 0 to 30000"},
 		{params: `{"name":"coordination.wait","arguments":{"b":1,"a":2}}`, argErr: `unknown argument "a": coordination.wait takes no arguments`},
-		{params: `{"name":"drills.run"}`, rpcErr: `unknown tool "drills.run"`},
+		{params: `{"name":"drills.run"}`},
+		{params: `{"name":"drills_cancel","arguments":{"id":"run_1"}}`, body: `{"id":"run_1"}`},
+		{params: `{"name":"detection.run","arguments":{}}`, argErr: "detector is required"},
+		{params: `{"name":"drills.runs"}`, rpcErr: `unknown tool "drills.runs"`},
 	} {
 		_, body, _, argErr, rpcErr := toolCall([]byte(c.params))
 		if string(body) != c.body || !strings.Contains(argErr, c.argErr) || (c.argErr == "") != (argErr == "") || !strings.Contains(rpcErr, c.rpcErr) || (c.rpcErr == "") != (rpcErr == "") {

@@ -1,8 +1,10 @@
 // MCP over streamable HTTP at the worker's /mcp, through the official
 // TypeScript SDK (@modelcontextprotocol/sdk), next to the server's /mcp
 // (`leaseplane serve`, bin/leaseplane): the same tools, and the same
-// results for the same calls (times aside). A held call answers when the
-// lease is the caller's; a revoked key is refused.
+// results for the same calls (times aside), to a workspace key and to an
+// operator key (drills.run, drills.cancel and detection.run are listed to
+// operator keys only, and refused to any other). A held call answers when
+// the lease is the caller's; a revoked key is refused.
 //
 // LEASEPLANE_WRITE_MCP=1 rewrites cmd/worker/mcp.json (the server's own
 // description of itself and its tools, which the front answers) from the
@@ -19,7 +21,8 @@ import { start, createWorkspace, createKey, root, fresh } from "../miniflare.mjs
 
 const ADMIN = "admin-secret-for-mcp-tests";
 const bin = path.join(root, "bin", "leaseplane");
-let dir, mf, base, server, serverURL, workerKey, serverKey;
+const AGENT = "did:web:acme.example:agent:mcp";
+let dir, mf, base, server, serverURL, workerKey, serverKey, workerOperator, serverOperator, workerAgent, serverAgent;
 const clients = [];
 
 before(async () => {
@@ -29,6 +32,11 @@ before(async () => {
   workerKey = await createWorkspace(base, ADMIN, "acme");
   const out = execFileSync(bin, ["keys", "create", "--data", path.join(dir, "data"), "--workspace", "acme", "--init"], { encoding: "utf8" });
   serverKey = out.trim().split(/\s+/).pop();
+  const more = (...flags) => execFileSync(bin, ["keys", "create", "--data", path.join(dir, "data"), "--workspace", "acme", ...flags], { encoding: "utf8" }).trim().split(/\s+/).pop();
+  serverOperator = more("--operator");
+  serverAgent = more("--agent", AGENT);
+  workerOperator = (await createKey(base, ADMIN, "acme", "operator")).key;
+  workerAgent = (await createKey(base, ADMIN, "acme", "agent", AGENT)).key;
   server = spawn(bin, ["serve", "--addr", "127.0.0.1:0", "--data", path.join(dir, "data"), "--log-level", "warn"], { stdio: ["ignore", "pipe", "inherit"] });
   serverURL = await new Promise((resolve, reject) => {
     let seen = "";
@@ -72,22 +80,23 @@ test("the worker's /mcp lists the server's tools, and answers each call as the s
   const w = await connect(base, workerKey), s = await connect(serverURL, serverKey);
   const [wt, st] = [await w.listTools(), await s.listTools()];
   if (process.env.LEASEPLANE_WRITE_MCP === "1") {
-    const res = await fetch(`${serverURL}/mcp`, {
-      method: "POST",
-      headers: { Authorization: `Bearer ${serverKey}`, "Content-Type": "application/json", Accept: "application/json, text/event-stream" },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "x", version: "1" } } }),
-    });
-    const init = (await res.json()).result;
-    const list = await fetch(`${serverURL}/mcp`, {
-      method: "POST",
-      headers: { Authorization: `Bearer ${serverKey}`, "Content-Type": "application/json", Accept: "application/json, text/event-stream" },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }),
-    });
-    const file = { capabilities: init.capabilities, instructions: init.instructions, serverInfo: { name: init.serverInfo.name, title: init.serverInfo.title }, tools: (await list.json()).result };
+    const rpc = async (key, id, method, params) => {
+      const res = await fetch(`${serverURL}/mcp`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json", Accept: "application/json, text/event-stream" },
+        body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
+      });
+      return (await res.json()).result;
+    };
+    const init = await rpc(serverKey, 1, "initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "x", version: "1" } });
+    const file = {
+      capabilities: init.capabilities, instructions: init.instructions, serverInfo: { name: init.serverInfo.name, title: init.serverInfo.title },
+      tools: await rpc(serverKey, 2, "tools/list"), operatorTools: await rpc(serverOperator, 3, "tools/list"),
+    };
     fs.writeFileSync(path.join(root, "cmd/worker/mcp.json"), JSON.stringify(file) + "\n");
   }
-  const dropOperator = (l) => l.tools.filter((t) => !["drills.run", "drills.cancel", "detection.run"].includes(t.name));
-  assert.deepEqual(wt.tools, dropOperator(st), "the worker lists the server's lease tools, byte for byte (else: LEASEPLANE_WRITE_MCP=1 make test-worker)");
+  assert.deepEqual(wt.tools, st.tools, "the worker lists the server's lease tools, byte for byte (else: LEASEPLANE_WRITE_MCP=1 make test-worker)");
+  assert.deepEqual(wt.tools.map((t) => t.name), ["coordination.lease.acquire", "coordination.lease.release", "coordination.wait"]);
   assert.deepEqual(w.getInstructions(), s.getInstructions());
   assert.deepEqual(w.getServerCapabilities(), s.getServerCapabilities());
   const a = "did:web:acme.example:agent:a", b = "did:web:acme.example:agent:b";
@@ -113,6 +122,83 @@ test("the worker's /mcp lists the server's tools, and answers each call as the s
   assert.equal(got[1].isError, undefined, "a refusal the agent acts on is a normal result");
   assert.equal(got[3].isError, true, "a bad argument is a tool error");
   assert.equal(got[7].structuredContent.released, true, "the underscored name calls the same tool");
+});
+
+const OPERATOR_TOOLS = ["detection.run", "drills.cancel", "drills.run"];
+
+// normal drops what differs between two planes by time or by signing key
+// alone: times, the signed checkpoint note, a run's drills so far.
+const normal = (r) => {
+  const c = structuredClone(r);
+  const n = (o) => {
+    if (!o || typeof o !== "object") return;
+    for (const k of Object.keys(o)) {
+      if (k === "checkpoint" || k === "drills" || k === "startedAtMs") o[k] = "*";
+      else if (/AtMs$/.test(k) && o[k] !== null) o[k] = 0;
+      else n(o[k]);
+    }
+  };
+  n(c.structuredContent);
+  if (c.structuredContent) c.content = c.content.map((x, i) => (i === c.content.length - 1 ? { type: "text", text: "*" } : x));
+  return c;
+};
+
+test("an operator key is offered drills.run, drills.cancel and detection.run, answered as by the server", async () => {
+  const w = await connect(base, workerOperator), s = await connect(serverURL, serverOperator);
+  const [wt, st] = [await w.listTools(), await s.listTools()];
+  assert.deepEqual(wt.tools, st.tools, "the worker lists the server's tools to an operator key, byte for byte (else: LEASEPLANE_WRITE_MCP=1 make test-worker)");
+  assert.deepEqual(wt.tools.map((t) => t.name).filter((n) => OPERATOR_TOOLS.includes(n)).sort(), OPERATOR_TOOLS);
+  assert.equal(wt.tools.length, 6);
+  // The detector first: the two ledgers hold the same events (the test
+  // before made the same calls on both), and no drill run is in them yet.
+  const calls = [
+    ["detection.run", { detector: "lease-overlap" }],
+    ["detection.run", { detector: "nope" }],
+    ["detection.run", {}],
+    ["detection_run", { detector: "lease-overlap", extra: 1 }],
+    ["drills.run", { x: 1 }],
+    ["drills.run", {}],
+    ["drills.cancel", { id: "run_1" }],
+    ["drills.cancel", { id: "run_1" }],
+    ["drills_cancel", { id: "run_99" }],
+    ["drills.cancel", { id: "nope" }],
+    ["drills.cancel", {}],
+  ];
+  const got = [];
+  for (const [name, args] of calls) {
+    const [wr, sr] = [await w.callTool({ name, arguments: args }), await s.callTool({ name, arguments: args })];
+    assert.deepEqual(normal(wr), normal(sr), `${name} ${JSON.stringify(args)}`);
+    got.push(wr);
+  }
+  const det = got[0].structuredContent;
+  assert.equal(got[0].isError, undefined, JSON.stringify(got[0]));
+  assert.equal(det.detector, "lease-overlap");
+  assert.deepEqual(det.findings, []);
+  assert.ok(det.treeSize > 0, "the run read the ledger");
+  assert.equal(got[0].content[0].text, JSON.stringify(det), "the text is the REST answer");
+  assert.equal(got[1].isError, true);
+  assert.equal(got[5].structuredContent.id, "run_1");
+  assert.equal(got[6].structuredContent.run.id, "run_1");
+  assert.equal(typeof got[6].structuredContent.run.cancelledAtMs, "number", "the run is kept as cancelled");
+  assert.equal(got[6].structuredContent.run.passed, null);
+  assert.equal(got[7].structuredContent.reason, "run_ended");
+  assert.equal(got[8].structuredContent.reason, "not_found");
+  for (const i of [1, 2, 3, 4, 7, 8, 9, 10]) assert.equal(got[i].isError, true, `${calls[i][0]} ${JSON.stringify(calls[i][1])}`);
+});
+
+test("a workspace or agent key is not offered the operator tools, and is refused them as by the server", async () => {
+  for (const [wk, sk] of [[workerKey, serverKey], [workerAgent, serverAgent]]) {
+    const w = await connect(base, wk), s = await connect(serverURL, sk);
+    const [wt, st] = [await w.listTools(), await s.listTools()];
+    assert.deepEqual(wt.tools, st.tools);
+    assert.deepEqual(wt.tools.map((t) => t.name), ["coordination.lease.acquire", "coordination.lease.release", "coordination.wait"]);
+    for (const [name, args] of [["drills.run", {}], ["drills.cancel", { id: "run_1" }], ["detection.run", { detector: "lease-overlap" }]]) {
+      const [wr, sr] = [await w.callTool({ name, arguments: args }), await s.callTool({ name, arguments: args })];
+      assert.deepEqual(wr, sr, `${name} ${JSON.stringify(args)}`);
+      assert.equal(wr.isError, true);
+      assert.equal(wr.structuredContent.reason, "forbidden", JSON.stringify(wr));
+    }
+  }
 });
 
 test("a held call over MCP answers when the lease is the caller's", async () => {
