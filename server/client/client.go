@@ -96,11 +96,7 @@ func (c *Client) CallWaiting(ctx context.Context, body []byte, waitUpTo time.Dur
 // AcquireWaiting is Acquire held by the plane up to waitUpTo (see
 // CallWaiting).
 func (c *Client) AcquireWaiting(ctx context.Context, req AcquireRequest, waitUpTo time.Duration) (*Answer, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("leaseplane client: encoding acquire: %w", err)
-	}
-	r, err := c.doQuery(ctx, kernel.OpAcquire, body, waitQuery(waitUpTo))
+	r, err := c.doQuery(ctx, kernel.OpAcquire, encodeAcquire(req), waitQuery(waitUpTo))
 	if err != nil {
 		return nil, err
 	}
@@ -298,20 +294,12 @@ var ErrNotJSON = errors.New("answer is not a JSON object")
 // Acquire asks for (or renews) a lease. A refusal is an Answer with OK
 // false; err is a transport failure or an answer that is not JSON.
 func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Answer, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("leaseplane client: encoding acquire: %w", err)
-	}
-	return c.answer(ctx, kernel.OpAcquire, body)
+	return c.answer(ctx, kernel.OpAcquire, encodeAcquire(req))
 }
 
 // Release gives a lease back. A refusal is an Answer with OK false.
 func (c *Client) Release(ctx context.Context, req ReleaseRequest) (*Answer, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("leaseplane client: encoding release: %w", err)
-	}
-	return c.answer(ctx, kernel.OpRelease, body)
+	return c.answer(ctx, kernel.OpRelease, encodeRelease(req))
 }
 
 func (c *Client) answer(ctx context.Context, op kernel.Op, body []byte) (*Answer, error) {
