@@ -43,6 +43,12 @@ type Client struct {
 	base string
 	key  string
 	hc   *http.Client
+	// url is base parsed, for the lease routes' requests, when it is a
+	// plain http(s) URL that parses back to itself; nil otherwise (each
+	// request then parses base and its path, as Request does).
+	url *url.URL
+	// auth is the Authorization header's value, nil without a key.
+	auth []string
 }
 
 // New returns a client of the plane at baseURL (such as
@@ -52,7 +58,16 @@ func New(baseURL, key string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), key: key, hc: hc}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), key: key, hc: hc}
+	if key != "" {
+		c.auth = []string{"Bearer " + key}
+	}
+	if u, err := url.Parse(c.base); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+		!strings.HasSuffix(u.Host, ":") && u.User == nil && u.Opaque == "" && u.RawPath == "" && u.RawQuery == "" &&
+		!u.ForceQuery && u.Fragment == "" && u.String() == c.base {
+		c.url = u
+	}
+	return c
 }
 
 // BaseURL is the plane's address as given to New, without a trailing slash.
@@ -103,8 +118,15 @@ func (c *Client) AcquireWaiting(ctx context.Context, req AcquireRequest, waitUpT
 	return answerOf(kernel.OpAcquire, r)
 }
 
+// maxWaitQuery is waitQuery(MaxWaitUpTo), the hold client.Holder asks for
+// when it has no timeout.
+var maxWaitQuery = "?" + api.ParamWaitUpToMs + "=" + strconv.FormatInt(MaxWaitUpTo.Milliseconds(), 10)
+
 func waitQuery(d time.Duration) string {
 	d = max(0, min(d, MaxWaitUpTo))
+	if d == MaxWaitUpTo {
+		return maxWaitQuery
+	}
 	return "?" + api.ParamWaitUpToMs + "=" + strconv.FormatInt(d.Milliseconds(), 10)
 }
 
@@ -120,7 +142,57 @@ func (c *Client) doQuery(ctx context.Context, op kernel.Op, body []byte, query s
 	if rt.Method == http.MethodGet {
 		body = nil
 	}
-	return c.send(ctx, rt.Method, rt.Path+query, body)
+	if c.url == nil {
+		return c.send(ctx, rt.Method, rt.Path+query, body)
+	}
+	// The request is built from the parsed base: the URL that parsing
+	// base+path+query gives, without parsing it (query is ours, "" or
+	// "?name=value" with nothing to escape), and the headers in one map.
+	u := *c.url
+	u.Path += rt.Path
+	u.RawQuery = strings.TrimPrefix(query, "?")
+	h := make(http.Header, 3)
+	h["Accept"] = jsonType
+	if body != nil {
+		h["Content-Type"] = jsonType
+	}
+	if c.auth != nil {
+		h["Authorization"] = c.auth
+	}
+	req := &http.Request{Method: rt.Method, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host}
+	if body != nil {
+		req.ContentLength = int64(len(body))
+		if len(body) == 0 {
+			req.Body, req.GetBody = http.NoBody, noBody
+		} else {
+			br := &bodyReader{body: body}
+			br.Reset(body)
+			req.Body, req.GetBody = br, br.again
+		}
+	}
+	return c.exchange(req.WithContext(ctx), rt.Method, rt.Path, query)
+}
+
+// jsonType is the Accept and Content-Type headers' value. Requests share
+// it: nothing changes a header's values in place (Header.Add appends to a
+// copy, as the slice is full).
+var jsonType = []string{"application/json"}
+
+func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
+
+// bodyReader is a request body: its bytes, read once per send (again
+// reads them afresh, for a request the transport sends again).
+type bodyReader struct {
+	bytes.Reader
+	body []byte
+}
+
+func (r *bodyReader) Close() error { return nil }
+
+func (r *bodyReader) again() (io.ReadCloser, error) {
+	b := &bodyReader{body: r.body}
+	b.Reset(r.body)
+	return b, nil
 }
 
 // Request sends body (nil for none) to path with method and returns the
@@ -147,17 +219,26 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (re
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := c.transport(req)
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	return c.exchange(req, method, path, "")
+}
+
+// exchange sends req (method, path and query name it in errors) and reads
+// its answer.
+func (c *Client) exchange(req *http.Request, method, path, query string) (response, error) {
+	resp, err := c.doHTTP(req)
 	if err != nil {
 		return response{}, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+	b, err := readAnswer(resp, MaxAnswerBytes)
 	if err != nil {
-		return response{}, fmt.Errorf("leaseplane client: reading the answer of %s %s: %w", method, c.base+path, err)
+		return response{}, fmt.Errorf("leaseplane client: reading the answer of %s %s: %w", method, c.base+path+query, err)
 	}
 	if len(b) > MaxAnswerBytes {
-		return response{}, fmt.Errorf("leaseplane client: the answer of %s %s is over %d bytes", method, c.base+path, MaxAnswerBytes)
+		return response{}, fmt.Errorf("leaseplane client: the answer of %s %s is over %d bytes", method, c.base+path+query, MaxAnswerBytes)
 	}
 	r := response{status: resp.StatusCode, body: b}
 	if s := resp.Header.Get("Retry-After"); s != "" {
@@ -351,12 +432,45 @@ func clip(b []byte) string {
 	return string(b)
 }
 
+// readAnswer reads resp's body, up to limit+1 bytes: more than limit is
+// an answer too long. A body of known length is read into one buffer of
+// its size.
+func readAnswer(resp *http.Response, limit int64) ([]byte, error) {
+	size := int64(512)
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		size = n + 1 // room for the read that meets the end
+	}
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		room := b[len(b):cap(b)]
+		if over := limit + 1 - int64(len(b)); int64(len(room)) > over {
+			room = room[:over]
+		}
+		n, err := resp.Body.Read(room)
+		b = b[:len(b)+n]
+		if err == io.EOF || int64(len(b)) > limit {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
 // transport sends req with the client's key. A transport failure names the
 // request once (*url.Error repeats the method and URL; its cause is kept).
 func (c *Client) transport(req *http.Request) (*http.Response, error) {
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
+	return c.doHTTP(req)
+}
+
+// doHTTP sends req as it is.
+func (c *Client) doHTTP(req *http.Request) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		var ue *url.Error
