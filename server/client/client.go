@@ -419,6 +419,12 @@ func decode(op kernel.Op, r response, v any) error {
 	if len(t) == 0 || t[0] != '{' {
 		return fmt.Errorf("leaseplane client: %s: HTTP %d: %w: %q", op, r.status, ErrNotJSON, clip(r.body))
 	}
+	if a, ok := v.(*Answer); ok {
+		if decodeAnswerFast(t, a) {
+			return nil
+		}
+		*a = Answer{}
+	}
 	if err := json.Unmarshal(t, v); err != nil {
 		return fmt.Errorf("leaseplane client: %s: HTTP %d: decoding the answer: %w", op, r.status, err)
 	}
