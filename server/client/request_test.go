@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -115,22 +118,73 @@ func TestLeaseRequestsLikeParsed(t *testing.T) {
 	}
 }
 
-// TestBodyReaderAgain: a body read to its end gives its bytes afresh to
-// a request sent again (GetBody).
-func TestBodyReaderAgain(t *testing.T) {
-	b := &bodyReader{body: []byte(`{"resource":"r"}`)}
-	b.Reset(b.body)
-	first, _ := io.ReadAll(b)
-	again, err := b.again()
-	if err != nil {
-		t.Fatal(err)
+// countingConn counts the writes on a connection.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// recorder is a RoundTripper that keeps each request's GetBody bytes and
+// sends the request on.
+type recorder struct {
+	mu     sync.Mutex
+	bodies []string
+	next   http.RoundTripper
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.GetBody != nil {
+		rc, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		b, _ := io.ReadAll(rc)
+		r.mu.Lock()
+		r.bodies = append(r.bodies, string(b))
+		r.mu.Unlock()
 	}
-	second, _ := io.ReadAll(again)
-	if string(first) != `{"resource":"r"}` || string(second) != string(first) {
-		t.Errorf("read %q, then again %q", first, second)
+	return r.next.RoundTrip(req)
+}
+
+// TestRequestWrites: each lease request goes out in one write, headers
+// and body together, and its GetBody gives its body again (for a request
+// the transport must send again).
+func TestRequestWrites(t *testing.T) {
+	var bodies []string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, string(b))
+		io.WriteString(w, `{"ok":true,"released":true}`)
+	}))
+	defer ts.Close()
+	var writes atomic.Int64
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return countingConn{c, &writes}, err
 	}
-	if rest, _ := io.ReadAll(b); len(rest) != 0 || b.Close() != nil {
-		t.Errorf("the first reader gave %q more", rest)
+	rec := &recorder{next: &http.Transport{DialContext: dial}}
+	c := New(ts.URL, "k1", &http.Client{Transport: rec})
+	ctx := context.Background()
+	const n = 5
+	for i := range n {
+		req := ReleaseRequest{Resource: "r", ActorDid: "did:a:" + strconv.Itoa(i), LeaseID: "lease_1"}
+		if _, err := c.Release(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.AcquireWaiting(ctx, AcquireRequest{Resource: "r", ActorDid: req.ActorDid}, MaxWaitUpTo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := writes.Load(); got != 2*n {
+		t.Errorf("%d requests took %d writes, want one each", 2*n, got)
+	}
+	if !slices.Equal(rec.bodies, bodies) || len(bodies) != 2*n {
+		t.Errorf("GetBody gave %q, the server read %q", rec.bodies, bodies)
 	}
 }
 
