@@ -62,9 +62,10 @@ func cannedPlane(b *testing.B) (url, key string) {
 
 // benchPair runs one acquire+release pair per op, as the bench tool's
 // spread workload does (a held acquire through client.Holder, then a
-// release naming the lease), on one connection.
-func benchPair(b *testing.B, url, key string) {
-	tr := &http.Transport{MaxIdleConnsPerHost: 4, DialContext: (&net.Dialer{}).DialContext}
+// release naming the lease), on one connection; noGzip sets the
+// transport's DisableCompression, as the bench tool's is.
+func benchPair(b *testing.B, url, key string, noGzip bool) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, DialContext: (&net.Dialer{}).DialContext, DisableCompression: noGzip}
 	defer tr.CloseIdleConnections()
 	c := client.New(url, key, &http.Client{Transport: tr})
 	ctx := context.Background()
@@ -86,14 +87,19 @@ func benchPair(b *testing.B, url, key string) {
 // BenchmarkPair is one acquire+release pair (two requests) per op: its
 // allocs/op are the whole process's, the server's included; against the
 // canned plane the server's part is small and fixed, so a change there
-// is the client's.
+// is the client's. gzip=off is the transport without Accept-Encoding:
+// gzip (the plane does not compress its answers).
 func BenchmarkPair(b *testing.B) {
 	b.Run("server=real", func(b *testing.B) {
 		url, key := realPlane(b)
-		benchPair(b, url, key)
+		benchPair(b, url, key, false)
 	})
 	b.Run("server=canned", func(b *testing.B) {
 		url, key := cannedPlane(b)
-		benchPair(b, url, key)
+		benchPair(b, url, key, false)
+	})
+	b.Run("server=canned/gzip=off", func(b *testing.B) {
+		url, key := cannedPlane(b)
+		benchPair(b, url, key, true)
 	})
 }
