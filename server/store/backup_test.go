@@ -10,19 +10,22 @@ import (
 func TestLogTrimHold(t *testing.T) {
 	s := open(t, t.TempDir(), Options{LogKeep: 10})
 	commit := func(from, to int64) {
-		var recs []Record
+		// A commit a command, so that the log trims to the command (a
+		// group's run goes whole: TestLogTrimKeepsRunsWhole).
 		for i := from; i <= to; i++ {
-			recs = append(recs, Record{Workspace: 1, Seq: i, NowMs: i, Op: "acquire", Body: []byte("{}"), Status: 200})
-		}
-		recs[len(recs)-1].Snapshot = []byte("{}")
-		if err := s.Commit(recs); err != nil {
-			t.Fatal(err)
+			r := Record{Workspace: 1, Seq: i, NowMs: i, Op: "acquire", Body: []byte("{}"), Status: 200}
+			if i == to {
+				r.Snapshot = []byte("{}")
+			}
+			if err := s.Commit([]Record{r}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	first := func() int64 {
 		t.Helper()
 		var n int64
-		if err := s.db.QueryRow(`SELECT min(seq) FROM log WHERE workspace_id = 1`).Scan(&n); err != nil {
+		if err := s.db.QueryRow(`SELECT min(seq) FROM log_runs WHERE workspace_id = 1`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -83,12 +83,16 @@ func (s *Store) DeleteDrillWorkspace(id int64) error {
 	if _, err := s.sdb.Exec(`DELETE FROM snapshots WHERE workspace_id = ?`, id); err != nil {
 		return fmt.Errorf("store: delete the snapshot of drill workspace %s: %w", w.Name, err)
 	}
+	s.logWrite.Lock()
+	defer s.logWrite.Unlock()
+	delete(s.lastLogged, id) // its id may be given to the next workspace made
 	tx, err := s.db.Begin()
 	if err != nil {
 		return fmt.Errorf("store: delete drill workspace %s: %w", w.Name, err)
 	}
 	defer tx.Rollback()
 	for _, q := range []string{`DELETE FROM keys WHERE workspace_id = ?`, `DELETE FROM log WHERE workspace_id = ?`,
+		`DELETE FROM log_runs WHERE workspace_id = ?`,
 		`DELETE FROM snapshots WHERE workspace_id = ?`, `DELETE FROM workspaces WHERE id = ?`} {
 		if _, err := tx.Exec(q, id); err != nil {
 			return fmt.Errorf("store: delete drill workspace %s: %w", w.Name, err)
@@ -103,10 +107,12 @@ func (s *Store) DeleteDrillWorkspace(id int64) error {
 // LogSince reads a workspace's logged commands with seq above after, in
 // order.
 func (s *Store) LogSince(ctx context.Context, ws, after int64) ([]Record, error) {
-	return queryAll(ctx, s.db, fmt.Sprintf("read log of workspace %d", ws), func(rows *sql.Rows) (Record, error) {
-		r := Record{Workspace: ws}
-		return r, rows.Scan(&r.Seq, &r.NowMs, &r.Op, &r.Body, &r.Status)
-	}, `SELECT seq, now_ms, op, body, status FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, after)
+	var out []Record
+	err := s.readLog(ctx, ws, after, func(x logged) bool {
+		out = append(out, Record{Workspace: ws, Seq: x.Seq, NowMs: x.NowMs, Op: x.Op, Body: x.Body, Status: x.Status})
+		return true
+	})
+	return out, err
 }
 
 // DrillRun is one run of the drills as stored.

@@ -483,20 +483,27 @@ type LoggedEvents struct {
 // LogEvents reads the events of a workspace's logged commands after seq
 // afterSeq, in order, at most limit commands.
 func (s *Store) LogEvents(ctx context.Context, ws, afterSeq int64, limit int) ([]LoggedEvents, error) {
-	return queryAll(ctx, s.db, fmt.Sprintf("read the logged events of workspace %d", ws), func(rows *sql.Rows) (LoggedEvents, error) {
-		var e LoggedEvents
-		var ev []byte
-		err := rows.Scan(&e.Seq, &ev)
-		e.Events, e.Known = ev, ev != nil
-		return e, err
-	}, `SELECT seq, events FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq LIMIT ?`, ws, afterSeq, limit)
+	var out []LoggedEvents
+	err := s.readLog(ctx, ws, afterSeq, func(x logged) bool {
+		if len(out) == limit {
+			return false
+		}
+		out = append(out, LoggedEvents{Seq: x.Seq, Events: x.Events, Known: x.known})
+		return true
+	})
+	return out, err
 }
+
+// lastSeqSQL is the last seq logged of workspace ?1, in log or in
+// log_runs; 0 when none.
+const lastSeqSQL = `SELECT max(COALESCE((SELECT max(seq) FROM log WHERE workspace_id = ?1), 0),
+	COALESCE((SELECT max(last_seq) FROM log_runs WHERE workspace_id = ?1), 0))`
 
 // LastSeq is the last logged command of a workspace (0 when none is logged,
 // or the snapshot's seq when the log was trimmed to it).
 func (s *Store) LastSeq(ctx context.Context, ws int64) (int64, error) {
 	var seq sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, `SELECT max(seq) FROM log WHERE workspace_id = ?`, ws).Scan(&seq); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT NULLIF((`+lastSeqSQL+`), 0)`, ws).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("store: read the last seq of workspace %d: %w", ws, err)
 	}
 	if seq.Valid {

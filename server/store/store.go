@@ -8,9 +8,11 @@
 //     built with;
 //   - keys: API keys, stored only as SHA-256 hashes, each with a role
 //     (workspace, agent or operator) and, for agent keys, the agent's DID;
-//   - log: every command that changed a workspace's state, with the time it
-//     was applied at, in order (seq); Commit writes many commands in one
-//     transaction (group commit);
+//   - log_runs: every command that changed a workspace's state, with the
+//     time it was applied at, in order (seq); Commit writes many commands
+//     in one transaction (group commit), each workspace's as one row, a
+//     run (logruns.go); log keeps the rows, one per command, that folders
+//     of schema 1 wrote;
 //   - snapshots (in DIR/snapshots.db, a file of its own, so that a large
 //     snapshot never holds up another workspace's commit): the latest
 //     kernel snapshot of each workspace and the seq it follows; replay
@@ -66,7 +68,11 @@ const (
 	SnapshotsFileName = "snapshots.db"
 )
 
-const schemaVersion = "1"
+// schemaVersion is the schema this build writes: 2 since the log is
+// written in runs (logruns.go). It reads a folder of schema 1 too, and
+// marks it 2 on open, so that a build of schema 1, which would not see
+// the runs, refuses it.
+const schemaVersion = "2"
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta(
@@ -98,6 +104,13 @@ CREATE TABLE IF NOT EXISTS snapshots(
 	workspace_id INTEGER PRIMARY KEY,
 	seq INTEGER NOT NULL,
 	state BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS log_runs(
+	workspace_id INTEGER NOT NULL,
+	seq INTEGER NOT NULL,
+	last_seq INTEGER NOT NULL,
+	max_ms INTEGER NOT NULL,
+	cmds BLOB NOT NULL,
+	PRIMARY KEY(workspace_id, seq)) WITHOUT ROWID;
 `
 
 // eventsSchema is the events database's: a file of its own, so that the
@@ -158,7 +171,13 @@ type Store struct {
 	path string
 	opts Options
 
-	delLog *sql.Stmt
+	delLog, delRuns *sql.Stmt // the log trim's, in log and log_runs
+	insRun, lastSeq *sql.Stmt // the commit's (logruns.go)
+	// Under logWrite, the commit's: its packing buffer, and the last seq
+	// logged of each workspace it has committed to (a new run must
+	// start after it; DeleteDrillWorkspace forgets one).
+	runBuf     []byte
+	lastLogged map[int64]int64
 	// logWrite is taken by Commit and by the log trim around their
 	// transactions on leaseplane.db: the one that comes second waits for
 	// the other in Go and starts the moment it is done. Left to SQLite's
@@ -170,10 +189,10 @@ type Store struct {
 	logWrite  sync.Mutex
 	keyEpochs *sql.Stmt // read every key poll
 
-	stmtMu               sync.Mutex
-	logStmts, eventStmts [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
-	grantStmts           [rowsPerInsert + 1]*sql.Stmt // the ledger's grants, likewise
-	ledgerReads          map[string]*sql.Stmt         // the ledger's point reads, by query
+	stmtMu      sync.Mutex
+	eventStmts  [rowsPerInsert + 1]*sql.Stmt // multi-row INSERTs by row count
+	grantStmts  [rowsPerInsert + 1]*sql.Stmt // the ledger's grants, likewise
+	ledgerReads map[string]*sql.Stmt         // the ledger's point reads, by query
 }
 
 // stmt returns the prepared multi-row INSERT for n rows (a power of two:
@@ -353,6 +372,10 @@ func (s *Store) init() error {
 		}
 	case err != nil:
 		return fmt.Errorf("store: read schema version: %w", err)
+	case v == "1":
+		if _, err := s.db.Exec(`UPDATE meta SET value = ? WHERE key = 'schema'`, schemaVersion); err != nil {
+			return fmt.Errorf("store: write schema version: %w", err)
+		}
 	case v != schemaVersion:
 		return fmt.Errorf("store: %s has schema version %s; this build reads version %s", s.path, v, schemaVersion)
 	}
@@ -368,6 +391,9 @@ func (s *Store) init() error {
 	// Not while a backup holds trimming (HoldLogTrim): checked in the
 	// DELETE itself, so a hold committed before it always wins.
 	s.delLog = prep(`DELETE FROM log WHERE workspace_id = ? AND seq <= ? AND NOT ` + trimHeldSQL)
+	s.delRuns = prep(`DELETE FROM log_runs WHERE workspace_id = ?1 AND seq <= ?2 AND last_seq <= ?2 AND NOT ` + trimHeldSQL)
+	s.insRun = prep(`INSERT INTO log_runs(workspace_id, seq, last_seq, max_ms, cmds) VALUES(?, ?, ?, ?, ?)`)
+	s.lastSeq = prep(lastSeqSQL)
 	s.keyEpochs = prep(`SELECT
 		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch'), 0),
 		COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'key_epoch_applied'), 0)`)
@@ -383,8 +409,7 @@ func (s *Store) Path() string { return s.path }
 // Close closes the database; a last checkpoint folds the WAL into it.
 func (s *Store) Close() error {
 	s.stmtMu.Lock()
-	stmts := []*sql.Stmt{s.delLog, s.keyEpochs}
-	stmts = append(stmts, s.logStmts[:]...)
+	stmts := []*sql.Stmt{s.delLog, s.delRuns, s.insRun, s.lastSeq, s.keyEpochs}
 	stmts = append(stmts, s.eventStmts[:]...)
 	stmts = append(stmts, s.grantStmts[:]...)
 	for _, st := range s.ledgerReads {
@@ -712,7 +737,6 @@ func perInsert(n int) int {
 }
 
 var (
-	logSQL    [rowsPerInsert + 1]string
 	eventsSQL [rowsPerInsert + 1]string
 	sqlOnce   sync.Once
 )
@@ -720,13 +744,10 @@ var (
 func buildSQL() {
 	for n := 1; n <= rowsPerInsert; n *= 2 {
 		vals := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", n), ", ")
-		logSQL[n] = `INSERT INTO log(workspace_id, seq, now_ms, op, body, status, events, semantics, rules) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ")
 		eventsSQL[n] = `INSERT OR IGNORE INTO events(workspace_id, seq, idx, type, at_ms, body) VALUES ` + vals
 	}
 }
 
-func insertLogSQL(n int) string    { sqlOnce.Do(buildSQL); return logSQL[n] }
 func insertEventsSQL(n int) string { sqlOnce.Do(buildSQL); return eventsSQL[n] }
 
 // LogKeep is how many log records before a workspace's newest snapshot are
@@ -764,7 +785,10 @@ func (s *Store) Commit(recs []Record) error {
 	return nil
 }
 
-// commitLog is Commit's transaction.
+// commitLog is Commit's transaction: each workspace's commands in runs
+// (logruns.go), a row each. A run that would overlap one already logged
+// fails the whole commit, as a repeated seq did when the log had a row per
+// command.
 func (s *Store) commitLog(recs []Record) error {
 	s.logWrite.Lock()
 	defer s.logWrite.Unlock()
@@ -773,43 +797,44 @@ func (s *Store) commitLog(recs []Record) error {
 		return err
 	}
 	defer tx.Rollback()
-	// Many rows per INSERT: far fewer trips through database/sql and the
-	// driver than one statement per row.
-	for start := 0; start < len(recs); {
-		chunk := recs[start : start+perInsert(len(recs)-start)]
-		start += len(chunk)
-		args := make([]any, 0, 9*len(chunk))
-		for i := range chunk {
-			r := &chunk[i]
-			body := r.Body
-			if body == nil {
-				body = []byte{}
-			}
-			events := r.Events
-			if events == nil || string(events) == "[]" {
-				events = []byte{} // no events; NULL means "not known"
-			}
-			sem := r.Semantics
-			if sem == 0 {
-				sem = 1
-			}
-			var rules any // NULL: as the command before
-			if r.Rules != nil {
-				rules = string(r.Rules)
-			}
-			args = append(args, r.Workspace, r.Seq, r.NowMs, r.Op, body, r.Status, events, sem, rules)
+	ins := tx.Stmt(s.insRun)
+	var logged map[int64]int64 // this commit's runs: the last seq of each workspace
+	for _, run := range runs(recs) {
+		first, last := run[0].Seq, run[len(run)-1].Seq
+		ws := run[0].Workspace
+		prev, ok := logged[ws]
+		if !ok {
+			prev, ok = s.lastLogged[ws]
 		}
-		st, err := s.stmt(s.db, &s.logStmts, insertLogSQL(len(chunk)), len(chunk))
-		if err != nil {
-			return err
+		if !ok {
+			if err := tx.Stmt(s.lastSeq).QueryRow(ws).Scan(&prev); err != nil {
+				return fmt.Errorf("store: log commands %d-%d of workspace %d: %w", first, last, ws, err)
+			}
 		}
-		if _, err := tx.Stmt(st).Exec(args...); err != nil {
-			return fmt.Errorf("store: log commands %d-%d of workspace %d: %w",
-				chunk[0].Seq, chunk[len(chunk)-1].Seq, chunk[0].Workspace, err)
+		if prev >= first {
+			return fmt.Errorf("store: log commands %d-%d of workspace %d: commands up to %d are logged already", first, last, ws, prev)
 		}
+		maxMs := run[0].NowMs
+		for i := range run {
+			maxMs = max(maxMs, run[i].NowMs)
+		}
+		s.runBuf = packRun(s.runBuf[:0], run)
+		if _, err := ins.Exec(ws, first, last, maxMs, s.runBuf); err != nil {
+			return fmt.Errorf("store: log commands %d-%d of workspace %d: %w", first, last, ws, err)
+		}
+		if logged == nil {
+			logged = make(map[int64]int64, 1)
+		}
+		logged[ws] = last
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: commit: %w", err)
+	}
+	if s.lastLogged == nil {
+		s.lastLogged = map[int64]int64{}
+	}
+	for ws, last := range logged {
+		s.lastLogged[ws] = last
 	}
 	return nil
 }
@@ -869,14 +894,30 @@ func (s *Store) SaveSnapshot(ws, seq int64, state []byte) error {
 		trim = min(trim, s.opts.LogKeepAfter(ws))
 	}
 	if trim > 0 {
-		s.logWrite.Lock()
-		_, err := s.delLog.Exec(ws, trim)
-		s.logWrite.Unlock()
-		if err != nil {
+		if err := s.trimLog(ws, trim); err != nil {
 			return fmt.Errorf("store: trim log of workspace %d: %w", ws, err)
 		}
 	}
 	return nil
+}
+
+// trimLog deletes workspace ws's logged commands up to seq trim, in one
+// transaction: the rows of log, and the runs that end by it.
+func (s *Store) trimLog(ws, trim int64) error {
+	s.logWrite.Lock()
+	defer s.logWrite.Unlock()
+	tx, err := s.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Stmt(s.delLog).Exec(ws, trim); err != nil {
+		return err
+	}
+	if _, err := tx.Stmt(s.delRuns).Exec(ws, trim); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // snapshot reads a workspace's newest snapshot: from snapshots.db, or from
@@ -906,24 +947,13 @@ func (s *Store) Load(ctx context.Context, ws int64) (snap []byte, snapSeq int64,
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, now_ms, op, body, status, semantics, rules FROM log WHERE workspace_id = ? AND seq > ? ORDER BY seq`, ws, snapSeq)
+	err = s.readLog(ctx, ws, snapSeq, func(x logged) bool {
+		x.Events = nil // Load leaves them empty (LogEvents reads them)
+		recs = append(recs, x.Record)
+		return true
+	})
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		r := Record{Workspace: ws}
-		var rules sql.NullString
-		if err := rows.Scan(&r.Seq, &r.NowMs, &r.Op, &r.Body, &r.Status, &r.Semantics, &rules); err != nil {
-			return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
-		}
-		if rules.Valid {
-			r.Rules = []byte(rules.String)
-		}
-		recs = append(recs, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, nil, fmt.Errorf("store: read log of workspace %d: %w", ws, err)
+		return nil, 0, nil, err
 	}
 	want := snapSeq + 1
 	for _, r := range recs {
@@ -963,7 +993,7 @@ func (s *Store) Events(ctx context.Context, ws, afterID int64, limit int) ([]Eve
 // always there.
 func (s *Store) LastStampMs() (int64, error) {
 	var ms int64
-	if err := s.db.QueryRow(`SELECT COALESCE(MAX(now_ms), 0) FROM log`).Scan(&ms); err != nil {
+	if err := s.db.QueryRow(`SELECT max(COALESCE((SELECT MAX(now_ms) FROM log), 0), COALESCE((SELECT MAX(max_ms) FROM log_runs), 0))`).Scan(&ms); err != nil {
 		return 0, fmt.Errorf("store: read the newest command time: %w", err)
 	}
 	return ms, nil
