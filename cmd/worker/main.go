@@ -64,6 +64,8 @@ func answer(r *http.Request) (reply, string) {
 	case path == "/healthz":
 		b := strconv.AppendInt([]byte(`{"ok":true,"tier":"workers","served":`), served.Load(), 10)
 		return reply{status: 200, body: append(b, '}')}, ""
+	case path == pathOpenAPI:
+		return openapi(r.Method)
 	case strings.HasPrefix(path, "/admin/v1/"):
 		return admin(r), ""
 	case strings.HasPrefix(path, api.PathLedger):

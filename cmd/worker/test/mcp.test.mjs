@@ -6,6 +6,8 @@
 // operator keys only, and refused to any other). A held call answers when
 // the lease is the caller's; a revoked key is refused.
 //
+// GET /openapi.json answers the server's document, the same bytes.
+//
 // LEASEPLANE_WRITE_MCP=1 rewrites cmd/worker/mcp.json (the server's own
 // description of itself and its tools, which the front answers) from the
 // running server.
@@ -229,4 +231,21 @@ test("the worker's /mcp refuses a missing, unknown or revoked key", async () => 
   const get = await fetch(`${base}/mcp`, { headers: { ...fresh, Authorization: `Bearer ${workerKey}` } });
   assert.equal(get.status, 405);
   assert.equal(get.headers.get("allow"), "POST");
+});
+
+test("the worker's /openapi.json is the server's, byte for byte, with no key", async () => {
+  for (const method of ["GET", "HEAD", "POST"]) {
+    const [w, s] = [await fetch(`${base}/openapi.json`, { method, headers: fresh }), await fetch(`${serverURL}/openapi.json`, { method })];
+    const [wb, sb] = [Buffer.from(await w.arrayBuffer()), Buffer.from(await s.arrayBuffer())];
+    assert.equal(w.status, s.status, method);
+    for (const h of ["content-type", "allow", "cache-control", "x-content-type-options"]) assert.equal(w.headers.get(h), s.headers.get(h), `${method} ${h}`);
+    assert.ok(wb.equals(sb), `${method}: the worker's ${wb.length} bytes are not the server's ${sb.length} (cp server/openapi.json cmd/worker/openapi.json)`);
+    if (method === "GET") {
+      assert.equal(w.status, 200);
+      assert.equal(JSON.parse(wb).openapi, "3.1.0");
+    }
+  }
+  const file = fs.readFileSync(path.join(root, "cmd/worker/openapi.json"));
+  const s = Buffer.from(await (await fetch(`${serverURL}/openapi.json`)).arrayBuffer());
+  assert.ok(file.equals(s), "cmd/worker/openapi.json is the running server's answer");
 });
