@@ -162,9 +162,14 @@ func planeLabel(engineName string, noLedger, inProcess bool) string {
 // newHTTPClient keeps one idle connection per bench client. It does not
 // ask for gzip (DisableCompression): the plane does not compress its
 // answers, and the header costs each request an extra map on both sides.
+// A server that stops answering fails a request through the transport's
+// timeouts (dial, and the answer's headers within 60 s: a held acquire
+// waits at most 30 s), not http.Client.Timeout, which costs each request
+// a deadline context and a timer (BenchmarkPair in server/client).
 func newHTTPClient(clients int) *http.Client {
-	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute, DisableCompression: true}
-	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute, DisableCompression: true,
+		DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext, ResponseHeaderTimeout: 60 * time.Second}
+	return &http.Client{Transport: tr}
 }
 
 func (t *inProcessPlane) name() string { return t.label }

@@ -60,14 +60,21 @@ func cannedPlane(b *testing.B) (url, key string) {
 	return hs.URL, "lp_bench"
 }
 
+// httpOpts shape the benchmark's net/http client: noGzip sets the
+// transport's DisableCompression (as the bench tool's is); timeout sets
+// http.Client.Timeout (a deadline context and a timer per request).
+type httpOpts struct {
+	noGzip  bool
+	timeout time.Duration
+}
+
 // benchPair runs one acquire+release pair per op, as the bench tool's
 // spread workload does (a held acquire through client.Holder, then a
-// release naming the lease), on one connection; noGzip sets the
-// transport's DisableCompression, as the bench tool's is.
-func benchPair(b *testing.B, url, key string, noGzip bool) {
-	tr := &http.Transport{MaxIdleConnsPerHost: 4, DialContext: (&net.Dialer{}).DialContext, DisableCompression: noGzip}
+// release naming the lease), on one connection.
+func benchPair(b *testing.B, url, key string, o httpOpts) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, DialContext: (&net.Dialer{}).DialContext, DisableCompression: o.noGzip}
 	defer tr.CloseIdleConnections()
-	c := client.New(url, key, &http.Client{Transport: tr})
+	c := client.New(url, key, &http.Client{Transport: tr, Timeout: o.timeout})
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -88,18 +95,23 @@ func benchPair(b *testing.B, url, key string, noGzip bool) {
 // allocs/op are the whole process's, the server's included; against the
 // canned plane the server's part is small and fixed, so a change there
 // is the client's. gzip=off is the transport without Accept-Encoding:
-// gzip (the plane does not compress its answers).
+// gzip (the plane does not compress its answers); timeout=60s adds
+// http.Client.Timeout.
 func BenchmarkPair(b *testing.B) {
 	b.Run("server=real", func(b *testing.B) {
 		url, key := realPlane(b)
-		benchPair(b, url, key, false)
+		benchPair(b, url, key, httpOpts{})
 	})
 	b.Run("server=canned", func(b *testing.B) {
 		url, key := cannedPlane(b)
-		benchPair(b, url, key, false)
+		benchPair(b, url, key, httpOpts{})
 	})
 	b.Run("server=canned/gzip=off", func(b *testing.B) {
 		url, key := cannedPlane(b)
-		benchPair(b, url, key, true)
+		benchPair(b, url, key, httpOpts{noGzip: true})
+	})
+	b.Run("server=canned/gzip=off/timeout=60s", func(b *testing.B) {
+		url, key := cannedPlane(b)
+		benchPair(b, url, key, httpOpts{noGzip: true, timeout: time.Minute})
 	})
 }
