@@ -96,17 +96,27 @@ func (a *assets) addCorpus() error {
 // (preloaded by the page's Link header) brings all the kernel's start needs.
 const BootFile = "kernel-boot.js"
 
-// addBoot adds BootFile to a when a has its three parts.
+// WorkerFile is the kernel's Web Worker, which BootFile starts: Go's
+// wasm_exec.js, glue.js and worker.js as one file.
+const WorkerFile = "kernel-worker.js"
+
+// addBoot adds BootFile and WorkerFile to a when a has their parts.
 func (a *assets) addBoot() {
+	a.bundle(BootFile, "wasm_exec.js", "glue.js", "boot.js")
+	a.bundle(WorkerFile, "wasm_exec.js", "glue.js", "worker.js")
+}
+
+// bundle adds name, the files parts one after the other, when a has them all.
+func (a *assets) bundle(name string, parts ...string) {
 	var b []byte
-	for _, n := range []string{"wasm_exec.js", "glue.js", "boot.js"} {
+	for _, n := range parts {
 		as := a.byName[n]
 		if as == nil {
 			return
 		}
 		b = append(append(b, as.raw...), '\n')
 	}
-	a.add(BootFile, b)
+	a.add(name, b)
 }
 
 // add indexes a file's bytes under name and its hashed name.
