@@ -142,7 +142,8 @@ func (c *Client) doQuery(ctx context.Context, op kernel.Op, body []byte, query s
 	if rt.Method == http.MethodGet {
 		body = nil
 	}
-	if c.url == nil {
+	if c.url == nil || ctx == nil {
+		// (A nil ctx gets NewRequestWithContext's error, as it always did.)
 		return c.send(ctx, rt.Method, rt.Path+query, body)
 	}
 	// The request is built from the parsed base: the URL that parsing
@@ -176,8 +177,8 @@ func (c *Client) doQuery(ctx context.Context, op kernel.Op, body []byte, query s
 }
 
 // jsonType is the Accept and Content-Type headers' value. Requests share
-// it: nothing changes a header's values in place (Header.Add appends to a
-// copy, as the slice is full).
+// it: net/http does not change a header's values in place, and
+// Header.Add appends to a copy (the slice is full).
 var jsonType = []string{"application/json"}
 
 func noBody() (io.ReadCloser, error) { return http.NoBody, nil }

@@ -188,6 +188,17 @@ func TestRequestWrites(t *testing.T) {
 	}
 }
 
+// TestNilContext: a nil context is an error naming the request, as
+// http.NewRequestWithContext words it, not a panic.
+func TestNilContext(t *testing.T) {
+	c := New("http://127.0.0.1:1", "k1", nil)
+	var ctx context.Context // nil
+	_, err := c.Acquire(ctx, AcquireRequest{Resource: "r", ActorDid: "did:a:1"})
+	if err == nil || !strings.Contains(err.Error(), "POST "+PathLease) || !strings.Contains(err.Error(), "nil Context") {
+		t.Errorf("acquire with a nil context: %v", err)
+	}
+}
+
 // TestReadAnswer: an answer is read whole whether its length is known or
 // not and however the body splits its reads; past the limit, limit+1
 // bytes come back (an answer too long); a failed read is an error.
