@@ -290,7 +290,7 @@ define build-worker
 	GOOS=js GOARCH=wasm $(WASM_GO) build -trimpath -ldflags='-s -w -buildid=' -o $(1)/app.wasm ./cmd/worker
 	GOOS=wasip1 GOARCH=wasm GOWASM=$(GOWASM) $(WASM_GO) build -buildmode=c-shared -trimpath -ldflags='-s -w -buildid=' -o $(1)/ledger.wasm ./cmd/worker/ledger
 	cp wasm/wazero/leaseplane-wasip1.wasm $(1)/kernel.wasm
-	cp $(addprefix cmd/worker/,index.mjs front.mjs workspace.mjs kernel.mjs ledger.mjs book.mjs respond.mjs replay.mjs routes.mjs drills.mjs) $(1)/
+	cp $(addprefix cmd/worker/,index.mjs front.mjs workspace.mjs kernel.mjs ledger.mjs book.mjs respond.mjs replay.mjs routes.mjs drills.mjs events.mjs) $(1)/
 endef
 worker:
 	$(call build-worker,$(WORKER))

@@ -38,7 +38,7 @@ const RouteEvents = api.PathEvents
 const eventRing = 4096
 
 // reasonGone refuses a resume from an event retention dropped.
-const reasonGone = "gone"
+const reasonGone = api.ReasonGone
 
 // eventSubBuffer is how many events a stream may fall behind before it
 // is ended (the client resumes with Last-Event-ID).
@@ -228,53 +228,16 @@ func (f eventFilter) match(e streamEvent) bool {
 	return true
 }
 
-// eventsQuery reads the stream's query: actorDid and prefix, nothing else.
-func eventsQuery(r *http.Request) (eventFilter, error) {
-	var f eventFilter
-	for name, vs := range r.URL.Query() {
-		if len(vs) != 1 {
-			return f, errors.New("query parameter " + name + " is given more than once")
-		}
-		switch name {
-		case "actorDid":
-			f.actor = vs[0]
-			if !strings.HasPrefix(f.actor, "did:") || len(f.actor) > 256 || strings.ContainsAny(f.actor, " \t\r\n") {
-				return f, errors.New("actorDid must be a DID (did:..., at most 256 bytes, no white space)")
-			}
-		case "prefix":
-			f.prefix = vs[0]
-		default:
-			return f, errors.New("unknown query parameter " + strconv.Quote(name) + "; the events stream takes actorDid and prefix")
-		}
-	}
-	return f, nil
-}
-
 // events answers GET RouteEvents, behind keyed (which read the body to its
 // end, lifting the body deadline).
-func (s *Server) eventsRoute(w http.ResponseWriter, r *http.Request, k store.Key, _ api.Query, _ []byte) {
+func (s *Server) eventsRoute(w http.ResponseWriter, r *http.Request, k store.Key, q api.Query, _ []byte) {
 	key, _ := api.BearerKey(r.Header.Get("Authorization")) // checked again on every ping
-	f, err := eventsQuery(r)
-	if err != nil {
-		writeReply(w, refusal(400, kernel.ReasonInvalid, err.Error()))
+	er, no := api.ParseEvents(apiKey(k), q, r.Header.Get("Last-Event-ID"))
+	if no != nil {
+		writeReply(w, fromAPI(*no))
 		return
 	}
-	if k.Role == store.RoleAgent {
-		if no := api.AuthorizeActor(apiKey(k), f.actor); f.actor != "" && no != nil {
-			writeReply(w, fromAPI(*no))
-			return
-		}
-		f.actor = k.AgentDID
-	}
-	after := int64(-1)
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			writeReply(w, refusal(400, kernel.ReasonInvalid, "Last-Event-ID must be an event id this stream sent (a ledger index, 0 or more)"))
-			return
-		}
-		after = n
-	}
+	f, after := eventFilter{actor: er.ActorDid, prefix: er.Prefix}, er.After
 	if _, err := s.workspace(k.WorkspaceID); err != nil {
 		writeReply(w, unavailable(err))
 		return

@@ -132,15 +132,16 @@ func TestValidWorkspaceNameAndAgent(t *testing.T) {
 }
 
 // TestDurableObjectOnlyDoesIO: the Durable Object stays small and decides
-// nothing: at most 264 lines, no loop of its own that asks again for a
+// nothing: at most 268 lines (264, and four that hand the events streams
+// their requests and the ledger's growth: events.mjs), no loop of its own that asks again for a
 // held request (no timer), and no step but Ready's (no lp_apply).
 func TestDurableObjectOnlyDoesIO(t *testing.T) {
 	b, err := os.ReadFile("workspace.mjs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := bytes.Count(b, []byte("\n")); n > 264 {
-		t.Errorf("workspace.mjs has %d lines; at most 264", n)
+	if n := bytes.Count(b, []byte("\n")); n > 268 {
+		t.Errorf("workspace.mjs has %d lines; at most 268", n)
 	}
 	for _, s := range []string{"setTimeout", "setInterval", "lp_apply", "wake"} {
 		if bytes.Contains(b, []byte(s)) {

@@ -49,6 +49,10 @@ func handle(w http.ResponseWriter, r *http.Request) {
 
 // route answers one request, a client's or a drill's (drills.go).
 func route(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == api.PathEvents {
+		events(w, r) // a stream (events.go)
+		return
+	}
 	rep, allow := answer(r)
 	if allow != "" {
 		w.Header().Set("Allow", allow)

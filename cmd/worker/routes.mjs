@@ -33,7 +33,8 @@ export async function create(ws, name, rules, drill = false) {
 }
 
 // key adds a key's id (and role) to this workspace, or revokes one; a
-// revocation cancels the key's held requests at once and answers them 401.
+// revocation cancels the key's held requests at once and answers them 401,
+// and ends its events streams.
 export function key(ws, what, q) {
   const id = q.get("id");
   if (what === "add") {
@@ -46,6 +47,7 @@ export function key(ws, what, q) {
   if (!ws.keys.has(id)) return refusal(404, "not_found", `no key ${JSON.stringify(id)}`);
   ws.sql.exec(`DELETE FROM keys WHERE id = ?`, id);
   ws.keys.delete(id);
+  ws.streams.revoke(id);
   for (const [askId, h] of [...ws.held]) {
     if (h.keyId !== id) continue;
     ws.gone(askId);

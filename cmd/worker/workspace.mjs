@@ -29,7 +29,7 @@
 // and sends its record here as POST /op/<op>. The other routes: /create,
 // /keys/add, /keys/revoke, /keyed/metrics and /test/* (routes.mjs, the
 // test routes only when the binding LEASEPLANE_TEST_CLOCK is "1"),
-// /keyed/whoami, /ledger/* (book.mjs), /replay (the parity run), drills.mjs's.
+// /keyed/whoami, /keyed/events (events.mjs), /ledger/* (book.mjs), /replay, drills.mjs's.
 
 import { DurableObject } from "cloudflare:workers";
 import kernelModule from "./kernel.wasm";
@@ -38,6 +38,7 @@ import { Book } from "./book.mjs";
 import { replay } from "./replay.mjs";
 import { create, key, metrics, testRoute } from "./routes.mjs";
 import { initDrills, tape, drillsRoute } from "./drills.mjs";
+import { Streams } from "./events.mjs";
 import { json, refusal, unavailable, answer, blob, jsonArray, enc, dec, EMPTY } from "./respond.mjs";
 
 const OPS = new Set(["acquire", "release", "wait", "suspend", "resume", "forget"]);
@@ -50,6 +51,7 @@ export class Workspace extends DurableObject {
     this.testClock = env.LEASEPLANE_TEST_CLOCK === "1";
     this.counters = { commands: {}, logged: 0, alarms: 0, heldAnswered: 0, undeliverable: 0, ledgerFailures: 0 };
     this.held = new Map(); // askId → {keyId, signal, resolve}
+    this.streams = new Streams(this); // the events streams (events.mjs)
     ctx.blockConcurrencyWhile(async () => this.load());
   }
 
@@ -163,6 +165,7 @@ export class Workspace extends DurableObject {
       return json(200, { ok: true, workspace: this.meta("name"), role: k.role, ...(k.role === "agent" ? { actorDid: k.agent_did } : {}) });
     }
     if (path === "/keyed/metrics") return metrics(this);
+    if (path === "/keyed/events") return this.streams.open(q, keyId);
     if (path.startsWith("/ledger/")) {
       this.catchUp();
       return this.book.route(path.slice(8), q, this.now());
@@ -221,6 +224,7 @@ export class Workspace extends DurableObject {
 
   catchUp() {
     if (!this.book.catchUp(this.seq)) this.counters.ledgerFailures++;
+    this.streams.push();
   }
 
   // deliver writes a held ask's answer to its request; a grant whose
