@@ -4,8 +4,9 @@
 // the ready event's next index, the filters (?actorDid=, ?prefix=, an
 // agent key's own agent), Last-Event-ID's resume and the same refusals,
 // byte for byte. On the worker, the events are its ledger's entries (count
-// and bytes, at their indexes), a revoked key's stream ends at once, and a
-// resume from behind retention is 410. Everything is counted, nothing
+// and bytes, at their indexes), a revoked key's stream ends at once, a
+// resume from behind retention is 410, and a long backlog (600 entries,
+// three of the object's pages) comes whole, in order, then live. Everything is counted, nothing
 // timed: a wait polls for its condition with a 20 s watchdog.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -284,4 +285,27 @@ test("a resume from behind retention is 410 gone; from the first kept entry it s
   kept.events.forEach((e, i) => assert.ok(e.data.equals(Buffer.from(es[i].data, "base64"))));
   // The stream opened before the drop goes on: it had sent those entries.
   assert.deepEqual(ids(live).slice(0, 9), [61, 62, 63, 64, 65, 66, 67, 68, 69]);
+});
+
+test("a resume reads a long backlog a page at a time: every entry once, in order, then live", async () => {
+  const p = { url: base, key: await createWorkspace(base, ADMIN, "long") };
+  // 600 entries planted in the ledger (the object's test route), more
+  // than two of the stream's pages of 256.
+  for (let b = 0; b < 3; b++) {
+    const evs = Array.from({ length: 200 }, (_, i) => ({ type: "coordination.release", atMs: 1, resource: `lock:p${b * 200 + i}`, actorDid: (b * 200 + i) % 2 ? A : B, released: false }));
+    await objectJSON(mf, "long", `/test/plant?events=${encodeURIComponent(JSON.stringify(evs))}`);
+  }
+  const st = await opened(open(p, p.key, "", 0));
+  const onlyA = await opened(open(p, p.key, `?actorDid=${encodeURIComponent(A)}`, 0));
+  assert.equal(st.ready, 600);
+  await until("events 1 to 599", () => st.events.length >= 599);
+  await until("A's 300 events after 0", () => onlyA.events.length >= 300);
+  assert.deepEqual(ids(st), Array.from({ length: 599 }, (_, i) => i + 1));
+  assert.deepEqual(ids(onlyA), Array.from({ length: 300 }, (_, i) => 2 * i + 1));
+  const es = (await call(p, "GET", "/api/v1/ledger/entries?start=1&count=1000", p.key)).json.entries;
+  assert.equal(es.length, 599);
+  st.events.forEach((e, i) => assert.ok(e.data.equals(Buffer.from(es[i].data, "base64")), `event ${e.id}`));
+  assert.equal((await lease(p, "lock:live", A)).status, 200);
+  await until("the live event 600", () => ids(st).includes(600) && ids(onlyA).includes(600));
+  assert.equal(st.events.length, 600);
 });
