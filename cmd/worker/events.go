@@ -49,11 +49,17 @@ func events(w http.ResponseWriter, r *http.Request) {
 		write(w, rep)
 		return
 	}
+	rw, ok := w.(rawBodyWriter)
+	if !ok {
+		res.Body.Close()
+		write(w, unavailable("the events stream needs syumai/workers' response writer"))
+		return
+	}
 	for _, h := range []string{"Content-Type", "Cache-Control", "X-Content-Type-Options", "X-Accel-Buffering"} {
 		w.Header().Set(h, res.Header.Get(h))
 	}
 	w.WriteHeader(200)
-	w.(rawBodyWriter).WriteRawJSBody(res.Body.(rawBodyGetter).GetRawJSBody())
+	rw.WriteRawJSBody(res.Body.(rawBodyGetter).GetRawJSBody())
 }
 
 // rawBodyGetter is syumai/workers' body of a fetched response: the
