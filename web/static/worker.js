@@ -8,8 +8,11 @@
 // page's instance runs compiled. The page serves it as one file after Go's
 // wasm_exec.js and glue.js (the bundle WorkerFile).
 //
-// Messages in: {wasm: url}, then {id, replay: scenarioJson}. Out:
-// {module}, {ready: version} or {failed: message}, {id, out, ms} or
+// Its URL's fragment names the module (wasm=URL) and, optionally, a first
+// replay (first=scenarioJson, answered as id 1): the worker starts on
+// them at once, where a message from the page would wait for the page's
+// main thread to pass it on. Messages in: {id, replay: scenarioJson}.
+// Out: {module}, {ready: version} or {failed: message}, {id, out, ms} or
 // {id, error: message}.
 "use strict";
 (function () {
@@ -49,9 +52,10 @@
     });
   }
   self.onmessage = function (e) {
-    var m = e.data;
-    if (typeof m.wasm === "string") start(m.wasm);
-    else if (kernel || failed) answer(m);
-    else queue.push(m);
+    if (kernel || failed) answer(e.data);
+    else queue.push(e.data);
   };
+  var h = new URLSearchParams(self.location.hash.slice(1));
+  if (h.has("first")) queue.push({ id: 1, replay: h.get("first") });
+  start(h.get("wasm"));
 })();
