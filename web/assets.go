@@ -161,8 +161,9 @@ func loadAssets(fsys fs.FS) (*assets, error) {
 // static/ holds no precompressed files: the built kernel is committed, and
 // a committed .gz or .br would double every kernel change's diff and need a
 // compressor that is not Go's standard library (Go has no brotli encoder).
-// Gzip at the best level costs about 0.1 s once per process for the 2.3 MB
-// kernel, and every browser accepts it.
+// Gzip at the best level costs a few tenths of a second of CPU for the 2.5 MB
+// kernel (Handler makes it as the server starts: warmGzip), and every
+// browser accepts it.
 func (as *asset) gzipped() []byte {
 	as.gzOnce.Do(func() {
 		var buf bytes.Buffer
@@ -172,6 +173,16 @@ func (as *asset) gzipped() []byte {
 		as.gz = buf.Bytes()
 	})
 	return as.gz
+}
+
+// warmGzip makes the gzip variant of every compressible asset, the
+// kernel and its scripts first.
+func (a *assets) warmGzip() {
+	for _, n := range append([]string{WasmFile, WorkerFile, BootFile}, a.names()...) {
+		if as := a.byName[n]; as != nil && compressible(as.ctype) {
+			as.gzipped()
+		}
+	}
 }
 
 // url is the asset's hashed URL under prefix (which ends in a slash).

@@ -178,6 +178,13 @@ func SetSecurityHeaders(h http.Header) {
 // the playground; every answer carries SetSecurityHeaders. leaseplane
 // serve mounts it at / beside the API.
 func Handler() http.Handler {
+	// The kernel's gzip is made once per process: make it now, beside the
+	// server's start, rather than on the first visitor's request.
+	go func() {
+		if a, err := staticAssets(); err == nil {
+			a.warmGzip()
+		}
+	}()
 	mux := http.NewServeMux()
 	mux.Handle("GET /playground", pageHandler(RenderPlayground, true))
 	mux.Handle("GET /docs", pageHandler(RenderDocs, true))

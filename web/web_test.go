@@ -655,3 +655,28 @@ func TestPlaygroundNamesFirstRun(t *testing.T) {
 		t.Error("the docs name a first run")
 	}
 }
+
+// TestWarmGzip: warmGzip (which Handler starts) makes the gzip of the
+// kernel and of every other compressible asset ahead of any request, and
+// of nothing else; the bytes are those a request is served.
+func TestWarmGzip(t *testing.T) {
+	a, err := loadAssets(fakeStatic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.add("icon.png", []byte("\x89PNG"))
+	a.warmGzip()
+	for n, as := range a.byName {
+		made := as.gz != nil
+		if want := compressible(as.ctype); made != want {
+			t.Errorf("%s (%s): gzip made %v, want %v", n, as.ctype, made, want)
+		}
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(a.byName[WasmFile].gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(zr); err != nil || !bytes.Equal(b, fakeWasm) {
+		t.Errorf("the kernel's gzip does not decode to the kernel (%v)", err)
+	}
+}
