@@ -66,6 +66,7 @@ export function metrics(ws) {
     ["leaseplane_commands_logged_total", "counter", "Commands the kernel said to log, logged.", one(c.logged)],
     ["leaseplane_alarm_ticks_total", "counter", "Ticks sent by the object's alarm.", one(c.alarms)],
     ["leaseplane_held_requests", "gauge", "Lease requests held open now (waitUpToMs).", one(ws.held.size)],
+    ["leaseplane_event_streams", "gauge", "Events streams open now.", one(ws.streams.subs.size)],
     ["leaseplane_held_requests_total", "counter", "Held lease requests answered.", one(c.heldAnswered)],
     ["leaseplane_held_undeliverable_total", "counter", "Grants of held asks whose request was gone, released.", one(c.undeliverable)],
     ["leaseplane_ledger_write_failures_total", "counter", "Ledger writes that failed (caught up from the log).", one(c.ledgerFailures)],

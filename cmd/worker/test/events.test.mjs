@@ -6,7 +6,9 @@
 // byte for byte. On the worker, the events are its ledger's entries (count
 // and bytes, at their indexes), a revoked key's stream ends at once, a
 // resume from behind retention is 410, and a long backlog (600 entries,
-// three of the object's pages) comes whole, in order, then live. Everything is counted, nothing
+// three of the object's pages) comes whole, in order, then live; a
+// stream whose client went away is closed (the object's gauge of open
+// streams is back at 0). Everything is counted, nothing
 // timed: a wait polls for its condition with a 20 s watchdog.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -308,4 +310,23 @@ test("a resume reads a long backlog a page at a time: every entry once, in order
   assert.equal((await lease(p, "lock:live", A)).status, 200);
   await until("the live event 600", () => ids(st).includes(600) && ids(onlyA).includes(600));
   assert.equal(st.events.length, 600);
+});
+
+test("a stream whose client went away is closed by the object", async () => {
+  const p = { url: base, key: await createWorkspace(base, ADMIN, "left") };
+  const streamsOpen = async () => {
+    const r = await call(p, "GET", "/metrics", p.key);
+    assert.equal(r.status, 200, r.text);
+    return Number(r.text.match(/^leaseplane_event_streams (\d+)$/m)[1]);
+  };
+  assert.equal(await streamsOpen(), 0);
+  const st = await opened(open(p, p.key));
+  assert.equal(await streamsOpen(), 1);
+  st.abort();
+  // The object learns it when the stream is cancelled, or at its next
+  // write to it (an event).
+  for (const end = Date.now() + 20000; (await streamsOpen()) > 0; ) {
+    assert.ok(Date.now() < end, "the object still counts the stream after 20 s");
+    assert.equal((await lease(p, "lock:gone", A)).status, 200);
+  }
 });
