@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -111,7 +112,7 @@ func (s *Server) keyed(rt api.Route, h func(w http.ResponseWriter, r *http.Reque
 			writeEarly(w, fromAPI(api.TooLarge(s.cfg.MaxBodyBytes)))
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		body, err := readBody(w, r, s.cfg.MaxBodyBytes)
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			var ne net.Error
@@ -129,6 +130,35 @@ func (s *Server) keyed(rt api.Route, h func(w http.ResponseWriter, r *http.Reque
 		}
 		h(w, r, k, q, body)
 	})
+}
+
+// readBody reads r's whole body, at most max bytes. A body of declared
+// length (every client of the plane sends one) goes into one buffer of its
+// size, read up to its end, which the body guard sees (guardBody); one
+// without a length is read through http.MaxBytesReader.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	n := r.ContentLength
+	if n < 0 || n > max {
+		return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	}
+	// One byte more than declared: the read goes on to the body's end.
+	b := make([]byte, n+1)
+	got, err := io.ReadFull(r.Body, b)
+	switch {
+	case err == nil: // more than declared: never from net/http, which stops there
+		if n+1 > max {
+			return nil, &http.MaxBytesError{Limit: max}
+		}
+		rest, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max-n-1))
+		return append(b, rest...), err
+	case errors.Is(err, io.ErrUnexpectedEOF) && int64(got) == n:
+		return b[:n:n], nil
+	case errors.Is(err, io.EOF) && n == 0:
+		return b[:0:0], nil
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, fmt.Errorf("the body ended after %d of its %d bytes", got, n)
+	}
+	return nil, err
 }
 
 // leaseRoute is the work of a lease route, after keyed: the request is
