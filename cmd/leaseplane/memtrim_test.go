@@ -27,3 +27,16 @@ func TestTrimmerTrimsOncePerBurst(t *testing.T) {
 		})
 	}
 }
+
+// TestServeGC: serve sets its own GOGC only when the environment sets
+// none.
+func TestServeGC(t *testing.T) {
+	if p, ok := serveGC(""); !ok || p != serveGCPercent {
+		t.Errorf("without GOGC: %d, %v; want %d", p, ok, serveGCPercent)
+	}
+	for _, env := range []string{"100", "off", "50"} {
+		if p, ok := serveGC(env); ok {
+			t.Errorf("GOGC=%s: serve sets %d", env, p)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -62,6 +63,9 @@ type serveEnv struct {
 }
 
 func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if p, ok := serveGC(os.Getenv("GOGC")); ok {
+		debug.SetGCPercent(p)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return serve(ctx, args, stdout, stderr, serveEnv{clock: time.Now})
