@@ -3,13 +3,12 @@
 // fetches and compiles leaseplane.wasm, starts Go's runtime and runs the
 // page's first replay off the main thread, where the page is being parsed
 // and laid out at the same time. The worker sends the compiled module
-// here; once the worker's runtime is up (and it has answered the first
-// run, when there is one), this page starts its own instance from it (the
-// code the worker ran is compiled by then), the synchronous
+// here; once the worker's runtime is up, this page starts its own instance
+// from it (the code the worker ran is compiled by then), the synchronous
 // window.leaseplane. A page that replays a scenario as it loads (the
 // playground) names it in the script's data-first-run: the worker is
-// asked for it as it starts, so it replays it as soon as its runtime is
-// up, and the page's lpKernelReplay of the same text gets that answer. The worker
+// asked for it at once, so it replays it as soon as its runtime is up, and
+// the page's lpKernelReplay of the same text gets that answer. The worker
 // ends once the page's instance is up and it has nothing left to answer
 // (on a page with data-first-run, once it has answered a replay). Without
 // a worker (none allowed, or it failed to load) the page compiles and
@@ -57,17 +56,12 @@
     r.p = new Promise(function (res, rej) { r.res = res; r.rej = rej; });
     return r;
   }
-  // The worker's URL names the module and the page's first run (a link
-  // with a scenario in its fragment runs that one instead), so that the
-  // worker starts on both at once: a message would wait for this thread.
-  var asked = keep && !location.hash, early = null, w = null;
-  var start = new URLSearchParams({ wasm: u });
-  if (asked) start.set("first", first);
+  var w = null;
   if (s.dataset.worker && typeof Worker === "function") {
-    try { w = new Worker(s.dataset.worker + "#" + start); } catch (e) { w = null; }
+    try { w = new Worker(s.dataset.worker); } catch (e) { w = null; }
   }
   var module = settle(), up = settle(), ready = settle();
-  var pending = {}, npending = 0, seq = 0, served = 0, started = false;
+  var pending = {}, npending = 0, seq = 0, served = 0, started = false, early = null;
   // retire ends the worker once the page's instance is up and the worker
   // has nothing left to do.
   function retire() {
@@ -97,9 +91,7 @@
       } else if (m.ready) {
         performance.mark("lp:kernel-ready");
         ready.res(m.ready);
-        // With the first run asked, the page's instance starts after its
-        // answer (below), so as not to hold up the page meanwhile.
-        if (!asked) up.res();
+        up.res();
       } else if (m.failed !== undefined) {
         var err = new Error(m.failed);
         module.rej(err);
@@ -111,16 +103,16 @@
         served++;
         if (m.error !== undefined) p.rej(new Error(m.error));
         else p.res({ out: m.out, ms: m.ms });
-        // A task of its own: the answer is shown first.
-        setTimeout(up.res, 0);
         retire();
       }
     };
     w.onerror = function (e) { e.preventDefault(); fallback(); };
-    // The first run, id 1, is the worker's to start on: it replays it as
-    // soon as its runtime is up, while the page is still being laid out.
-    if (asked) {
-      early = { text: first, p: send(first, true) };
+    w.postMessage({ wasm: u });
+    // The page's first run, asked now: the worker replays it as soon as
+    // its runtime is up, while the page is still being laid out. A link
+    // with a scenario in its fragment runs that one instead.
+    if (keep && !location.hash) {
+      early = { text: first, p: send(first) };
       early.p.catch(function () {});
     }
   } else {
@@ -140,15 +132,13 @@
   window.lpKernel.catch(function (e) { ready.rej(e); });
   window.lpKernelReady = ready.p;
   window.lpKernelReady.catch(function () {});
-  // send asks the worker for a replay; inURL says the worker has it
-  // already (the first run, in its URL).
-  function send(text, inURL) {
+  function send(text) {
     if (!w) return replayHere(text);
     return new Promise(function (res, rej) {
       var id = ++seq;
       pending[id] = { text: text, res: res, rej: rej };
       npending++;
-      if (!inURL) w.postMessage({ id: id, replay: text });
+      w.postMessage({ id: id, replay: text });
     });
   }
   window.lpKernelReplay = function (text) {

@@ -8,11 +8,8 @@
 // page's instance runs compiled. The page serves it as one file after Go's
 // wasm_exec.js and glue.js (the bundle WorkerFile).
 //
-// Its URL's fragment names the module (wasm=URL) and, optionally, a first
-// replay (first=scenarioJson, answered as id 1): the worker starts on
-// them at once, where a message from the page would wait for the page's
-// main thread to pass it on. Messages in: {id, replay: scenarioJson}.
-// Out: {module}, {ready: version} or {failed: message}, {id, out, ms} or
+// Messages in: {wasm: url}, then {id, replay: scenarioJson}. Out:
+// {module}, {ready: version} or {failed: message}, {id, out, ms} or
 // {id, error: message}.
 "use strict";
 (function () {
@@ -52,10 +49,9 @@
     });
   }
   self.onmessage = function (e) {
-    if (kernel || failed) answer(e.data);
-    else queue.push(e.data);
+    var m = e.data;
+    if (typeof m.wasm === "string") start(m.wasm);
+    else if (kernel || failed) answer(m);
+    else queue.push(m);
   };
-  var h = new URLSearchParams(self.location.hash.slice(1));
-  if (h.has("first")) queue.push({ id: 1, replay: h.get("first") });
-  start(h.get("wasm"));
 })();
