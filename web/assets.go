@@ -96,27 +96,17 @@ func (a *assets) addCorpus() error {
 // (preloaded by the page's Link header) brings all the kernel's start needs.
 const BootFile = "kernel-boot.js"
 
-// WorkerFile is the kernel's Web Worker, which BootFile starts: Go's
-// wasm_exec.js, glue.js and worker.js as one file.
-const WorkerFile = "kernel-worker.js"
-
-// addBoot adds BootFile and WorkerFile to a when a has their parts.
+// addBoot adds BootFile to a when a has its three parts.
 func (a *assets) addBoot() {
-	a.bundle(BootFile, "wasm_exec.js", "glue.js", "boot.js")
-	a.bundle(WorkerFile, "wasm_exec.js", "glue.js", "worker.js")
-}
-
-// bundle adds name, the files parts one after the other, when a has them all.
-func (a *assets) bundle(name string, parts ...string) {
 	var b []byte
-	for _, n := range parts {
+	for _, n := range []string{"wasm_exec.js", "glue.js", "boot.js"} {
 		as := a.byName[n]
 		if as == nil {
 			return
 		}
 		b = append(append(b, as.raw...), '\n')
 	}
-	a.add(name, b)
+	a.add(BootFile, b)
 }
 
 // add indexes a file's bytes under name and its hashed name.
@@ -176,9 +166,9 @@ func (as *asset) gzipped() []byte {
 }
 
 // warmGzip makes the gzip variant of every compressible asset, the
-// kernel and its scripts first.
+// kernel and its boot script first.
 func (a *assets) warmGzip() {
-	for _, n := range append([]string{WasmFile, WorkerFile, BootFile}, a.names()...) {
+	for _, n := range append([]string{WasmFile, BootFile}, a.names()...) {
 		if as := a.byName[n]; as != nil && compressible(as.ctype) {
 			as.gzipped()
 		}

@@ -4,13 +4,10 @@
 // Go's wasm_exec.js, both committed; gzip is made in memory on first use).
 //
 // The pages run the kernel in the browser: after a page has loaded it
-// makes no request. Three assets are made when the binary starts rather
+// makes no request. Two assets are made when the binary starts rather
 // than kept in static/: kernel-boot.js (BootFile: wasm_exec.js, glue.js
 // and boot.js as one script for the page's head, which starts the kernel
-// while the page is parsed), kernel-worker.js (WorkerFile: wasm_exec.js,
-// glue.js and worker.js, the Web Worker that compiles and starts the
-// kernel and runs the first replay off the page's main thread) and
-// corpus.json (CorpusFile: the examples
+// while the page is parsed) and corpus.json (CorpusFile: the examples
 // menu's scenarios, which the playground fetches after its first verdict,
 // so that the page carries only its default example). Handler serves them from the binary (the wasm chosen
 // by Accept-Encoding, assets named by a hash of their bytes and cached as

@@ -58,7 +58,6 @@ func RenderPlayground(ctx context.Context, w *bytes.Buffer, l Links) error {
 	return renderKernelPage(ctx, w, l, "Playground", "playground", "playground.js", func(p Page) (templ.Component, error) {
 		ex, err := Corpus()
 		def, _ := ExampleByName(ReferenceExamples[0])
-		p.FirstRun = def.JSON
 		return playgroundPage(p, PlaygroundData{Examples: ex, Default: def}), err
 	})
 }
@@ -142,16 +141,17 @@ func pageHandler(render func(context.Context, *bytes.Buffer, Links) error, runsK
 	}
 }
 
-// kernelPreload is the Link header value that preloads the boot script,
-// so that it is on its way before the page's head is parsed; empty
-// without a kernel. The kernel itself is not preloaded: the kernel's
-// worker fetches it, and a document's preload does not serve a worker.
+// kernelPreload is the Link header value that preloads boot.js and the
+// browser kernel (as=fetch, crossorigin: the same request as boot.js's
+// fetch), so both are on their way before the page's head is parsed;
+// empty without a kernel.
 var kernelPreload = sync.OnceValue(func() string {
 	a, err := staticAssets()
 	if err != nil || BuildHash() == "" {
 		return ""
 	}
-	return "<" + a.url(ServerLinks.Static, BootFile) + ">; rel=preload; as=script"
+	return "<" + a.url(ServerLinks.Static, BootFile) + ">; rel=preload; as=script, " +
+		"<" + a.url(ServerLinks.Static, WasmFile) + ">; rel=preload; as=fetch; crossorigin"
 })
 
 func staticHandler(w http.ResponseWriter, r *http.Request) {

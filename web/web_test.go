@@ -59,7 +59,6 @@ func fakeStatic() fstest.MapFS {
 		"static/app.css":         {Data: []byte("body { color: red; }\n")},
 		"static/kernel.js":       {Data: []byte("// js\n")},
 		"static/boot.js":         {Data: []byte("// boot\n")},
-		"static/worker.js":       {Data: []byte("// worker\n")},
 		"static/wasm_exec.js":    {Data: []byte("// go\n")},
 		"static/glue.js":         {Data: []byte("// glue\n")},
 	}
@@ -99,20 +98,6 @@ func TestLayoutNamesHashedAssetsAndKernel(t *testing.T) {
 	}
 	if strings.Contains(html, a.byName["wasm_exec.js"].hashed) || strings.Contains(html, a.byName["glue.js"].hashed) {
 		t.Error("the page loads wasm_exec.js or glue.js besides the boot file")
-	}
-	// The boot file starts the kernel's worker (wasm_exec.js, glue.js and
-	// worker.js as one file); the playground keeps it for its first run.
-	w := a.byName[WorkerFile]
-	if w == nil || string(w.raw) != "// go\n\n// glue\n\n// worker\n\n" {
-		t.Fatalf("the worker file is not wasm_exec.js, glue.js and worker.js in order: %v", w)
-	}
-	if !strings.Contains(html, `data-worker="/static/`+w.hashed+`"></script>`) {
-		t.Error("the boot script names no worker, or names a first run that the page did not give")
-	}
-	first := testPage(t, "abc123")
-	first.FirstRun = `{"steps":[]}`
-	if d := render(t, layout(first)); !strings.Contains(d, `data-worker="/static/`+w.hashed+`" data-first-run="{&#34;steps&#34;:[]}"></script>`) {
-		t.Error("the boot script does not name the page's first run for the worker")
 	}
 	nobuild := render(t, layout(testPage(t, "")))
 	if !strings.Contains(nobuild, "make wasm") || strings.Contains(nobuild, `data-wasm="/static`) {
@@ -579,10 +564,9 @@ func TestExchangeComponent(t *testing.T) {
 }
 
 // TestPagePreloadsKernel: a page answer carries a Link header that
-// preloads the boot script under its hashed URL, as the page's head asks
-// for it, and not the kernel itself, which the kernel's worker fetches (a
-// document's preload is not the worker's); without a kernel there is
-// none, nor on the operator's page.
+// preloads the embedded kernel under its hashed URL, as the fetch in the
+// page's head asks for it; without a kernel there is none, nor on the
+// operator's page.
 func TestPagePreloadsKernel(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
@@ -603,12 +587,12 @@ func TestPagePreloadsKernel(t *testing.T) {
 		}
 		return
 	}
-	u := a.url(ServerLinks.Static, BootFile)
-	if want := "<" + u + ">; rel=preload; as=script"; link != want {
+	u := a.url(ServerLinks.Static, WasmFile)
+	if want := "<" + a.url(ServerLinks.Static, BootFile) + ">; rel=preload; as=script, <" + u + ">; rel=preload; as=fetch; crossorigin"; link != want {
 		t.Errorf("Link: %q, want %q", link, want)
 	}
-	if !bytes.Contains(body, []byte(`<script src="`+u+`"`)) {
-		t.Errorf("the page does not load the preloaded URL %s", u)
+	if !bytes.Contains(body, []byte(`"`+u+`"`)) {
+		t.Errorf("the page does not fetch the preloaded URL %s", u)
 	}
 	// The operator's page runs no kernel: it preloads none.
 	res, err = http.Get(srv.URL + "/operator")
@@ -618,41 +602,6 @@ func TestPagePreloadsKernel(t *testing.T) {
 	res.Body.Close()
 	if l := res.Header.Get("Link"); l != "" {
 		t.Errorf("the operator's page preloads %s", l)
-	}
-}
-
-// TestPlaygroundNamesFirstRun: the playground's boot script names, for the
-// kernel's worker, the scenario its editor holds as it loads (the default
-// example), so that the worker's early replay is the one the page asks
-// for; the docs name none.
-func TestPlaygroundNamesFirstRun(t *testing.T) {
-	def, ok := ExampleByName(ReferenceExamples[0])
-	if !ok {
-		t.Fatal("no default example")
-	}
-	var b bytes.Buffer
-	if err := RenderPlayground(context.Background(), &b, ServerLinks); err != nil {
-		t.Fatal(err)
-	}
-	if BuildHash() == "" {
-		if strings.Contains(b.String(), "data-first-run") {
-			t.Error("no kernel embedded, yet the page names a first run")
-		}
-		return
-	}
-	esc := templ.EscapeString(def.JSON)
-	if !strings.Contains(b.String(), ` data-first-run="`+esc+`"`) {
-		t.Error("the playground's boot script does not name its default example as the first run")
-	}
-	if !strings.Contains(b.String(), `>`+esc+`</textarea>`) {
-		t.Error("the editor does not hold the first run's scenario")
-	}
-	b.Reset()
-	if err := RenderDocs(context.Background(), &b, ServerLinks); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(b.String(), "data-first-run") {
-		t.Error("the docs name a first run")
 	}
 }
 

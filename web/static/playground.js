@@ -484,25 +484,18 @@
     $("summary").textContent = `${tr.steps.length} steps · ${granted} granted · ${refused} refused · replayed in ${ms < 1 ? ms.toFixed(2) : ms.toFixed(1)} ms`;
   }
   async function run(how) {
+    let k;
+    try { k = await window.lpKernel; } catch (e) { showRunError(e.message); return; }
     const text = jsonEl.value;
-    let out, ms;
-    if (runs === 0) {
-      // The first run is the kernel worker's (kernel-boot.js), which has
-      // been starting while the page loaded; the page's own instance may
-      // not be up yet.
-      try { ({ out, ms } = await window.lpKernelReplay(text)); } catch (e) { showRunError(e.message); return; }
-    } else {
-      let k;
-      try { k = await window.lpKernel; } catch (e) { showRunError(e.message); return; }
-      const t0 = performance.now();
-      try {
-        out = k.replay(text);
-      } catch (e) {
-        showRunError(e.message);
-        return;
-      }
-      ms = performance.now() - t0;
+    const t0 = performance.now();
+    let out;
+    try {
+      out = k.replay(text);
+    } catch (e) {
+      showRunError(e.message);
+      return;
     }
+    const ms = performance.now() - t0;
     $("run-error").hidden = true;
     let steps = [];
     try { steps = JSON.parse(text).steps || []; } catch { /* replay accepted it, so it parses */ }
@@ -514,10 +507,6 @@
     if (runs === 1) {
       performance.mark("lp:first-verdict");
       examples().catch(() => {});
-      // data-runs counts the runs shown; the first is counted once the
-      // page's own kernel (window.leaseplane) is up too, so that whoever
-      // waits for it can call the kernel at once.
-      await window.lpKernel.catch(() => {});
     }
     document.body.dataset.runs = String(runs);
     document.body.dataset.state = "ran";
@@ -622,7 +611,8 @@
     const later = !fromLink;
     if (later) loadScenarioText(jsonEl.value, null, true);
     try {
-      const v = await window.lpKernelReady;
+      const k = await window.lpKernel;
+      const v = k.version();
       $("run").disabled = false;
       setStatus(`Kernel ${v.kernel} loaded; running here, offline.`);
       await run("load");
