@@ -8,6 +8,7 @@ import (
 	"github.com/leaseplane/leaseplane/kernel"
 	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/kernel/detect"
+	kdrill "github.com/leaseplane/leaseplane/kernel/drill"
 	"github.com/leaseplane/leaseplane/server/detection"
 	"github.com/leaseplane/leaseplane/server/drill"
 	"github.com/leaseplane/leaseplane/server/store"
@@ -71,46 +72,13 @@ func (s *Server) recordEvent(wsID int64, event []byte) error {
 	return t.err
 }
 
-// hostEvent starts a host event: {"type":T,"atMs":N and the fields of
-// fields in order (values already JSON); the caller adds nothing more.
-func hostEvent(typ string, atMs int64, fields ...string) []byte {
-	b := append([]byte(`{"type":`), kernel.AppendQuote(nil, typ)...)
-	b = append(b, `,"atMs":`...)
-	b = strconv.AppendInt(b, atMs, 10)
-	for i := 0; i+1 < len(fields); i += 2 {
-		b = append(b, ',')
-		b = kernel.AppendQuote(b, fields[i])
-		b = append(b, ':')
-		b = append(b, fields[i+1]...)
-	}
-	return append(b, '}')
-}
-
 // recordDrillRun puts a finished run in the ledger of the workspace that
-// asked for it.
+// asked for it (kernel/drill.RunEvent: the same bytes on every host).
 func (s *Server) recordDrillRun(ws, id, started, finished int64, passed bool, results []drill.Result) {
-	drills := []byte{'['}
-	for i, d := range results {
-		if i > 0 {
-			drills = append(drills, ',')
-		}
-		drills = append(drills, `{"name":`...)
-		drills = kernel.AppendQuote(drills, d.Name)
-		drills = append(drills, `,"passed":`...)
-		drills = strconv.AppendBool(drills, d.Passed)
-		if !d.Passed {
-			drills = append(drills, `,"detail":`...)
-			drills = kernel.AppendQuote(drills, d.Detail)
-		}
-		drills = append(drills, '}')
-	}
-	drills = append(drills, ']')
-	ev := hostEvent("drill.run", finished, "runId", string(kernel.AppendQuote(nil, runID(id))),
-		"startedAtMs", strconv.FormatInt(started, 10), "passed", strconv.FormatBool(passed), "drills", string(drills))
 	if s.ledger == nil {
 		return
 	}
-	if err := s.recordEvent(ws, ev); err != nil {
+	if err := s.recordEvent(ws, kdrill.RunEvent(runID(id), started, finished, passed, results)); err != nil {
 		s.log.Warn("drills: the run's result did not reach the ledger", "run", id, "err", err)
 	}
 }
@@ -167,9 +135,7 @@ func (h detectionHost) Open(ws int64) error {
 	return err
 }
 
-func (h detectionHost) Record(ws int64, typ string, atMs int64, fields ...string) error {
-	return h.s.recordEvent(ws, hostEvent(typ, atMs, fields...))
-}
+func (h detectionHost) Record(ws int64, event []byte) error { return h.s.recordEvent(ws, event) }
 
 func (h detectionHost) NowMs() int64 { return h.s.nowMs() }
 

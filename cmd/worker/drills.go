@@ -162,8 +162,17 @@ func (h *drillHost) save(results []drill.Result, finished, passed bool) {
 			extra = "&finished=1&passed=1"
 		}
 	}
-	if rep := h.runner("save", extra, drill.ResultsJSON(results)); rep.status != 200 {
+	rep := h.runner("save", extra, drill.ResultsJSON(results))
+	if rep.status != 200 {
 		h.cancel()
+		return
+	}
+	if finished {
+		// The run's drill.run entry in the workspace's ledger, at the
+		// times the object recorded, as the server records it.
+		started, _ := intMember(rep.body, "startedAtMs")
+		at, _ := intMember(rep.body, "finishedAtMs")
+		h.runner("record", "", drill.RunEvent("run_"+strconv.FormatInt(h.run, 10), started, at, passed, results))
 	}
 }
 

@@ -23,7 +23,10 @@ export function initDrills(ws) {
   ws.drill = false;
   ws.sql.exec(`CREATE TABLE IF NOT EXISTS drill_runs (id INTEGER PRIMARY KEY AUTOINCREMENT, trigger TEXT NOT NULL,
     requested_ms INTEGER NOT NULL, started_ms INTEGER, finished_ms INTEGER, cancelled_ms INTEGER, passed INTEGER,
-    drills TEXT NOT NULL DEFAULT '[]')`);
+    drills TEXT NOT NULL DEFAULT '[]', recorded INTEGER NOT NULL DEFAULT 0)`);
+  if (!ws.sql.exec(`SELECT name FROM pragma_table_info('drill_runs')`).toArray().some((c) => c.name === "recorded")) {
+    ws.sql.exec(`ALTER TABLE drill_runs ADD COLUMN recorded INTEGER NOT NULL DEFAULT 0`); // a table of an earlier build
+  }
   ws.sql.exec(`CREATE TABLE IF NOT EXISTS detection_cases (id INTEGER PRIMARY KEY AUTOINCREMENT, detector TEXT NOT NULL,
     key TEXT NOT NULL UNIQUE, entry_a INTEGER NOT NULL, entry_b INTEGER NOT NULL, finding TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'open', first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL)`);
@@ -118,16 +121,40 @@ function runnerRoute(ws, what, q, body, now) {
   if (!r) return refusal(404, "not_found", `no drill run ${runId(id)}`);
   const cancelled = r.cancelled_ms !== null;
   if (what === "state") return json(200, `{"ok":true,"cancelled":${cancelled}}`);
-  if (what !== "save") return refusal(404, "not_found", `no drill runner route ${what}`);
   if (cancelled) return refusal(409, "run_ended", `drill run ${runId(id)} was cancelled`);
+  if (what === "record") {
+    // The finished run's drill.run entry, which the front made from what
+    // save answered (kernel/drill.RunEvent); once per run.
+    if (r.finished_ms === null) return refusal(409, "run_open", `drill run ${runId(id)} has not finished`);
+    if (r.recorded === 0) {
+      recordHost(ws, body, now);
+      ws.sql.exec(`UPDATE drill_runs SET recorded = 1 WHERE id = ?`, id);
+    }
+    return json(200, `{"ok":true}`);
+  }
+  if (what !== "save") return refusal(404, "not_found", `no drill runner route ${what}`);
   const results = dec.decode(body);
   if (q.get("finished") === "1") {
+    const finished = Math.max(now, r.started_ms ?? now);
     ws.sql.exec(`UPDATE drill_runs SET drills = ?, finished_ms = ?, passed = ? WHERE id = ?`,
-      results, Math.max(now, r.started_ms ?? now), q.get("passed") === "1" ? 1 : 0, id);
-  } else {
-    ws.sql.exec(`UPDATE drill_runs SET drills = ? WHERE id = ?`, results, id);
+      results, finished, q.get("passed") === "1" ? 1 : 0, id);
+    return json(200, `{"ok":true,"startedAtMs":${r.started_ms ?? finished},"finishedAtMs":${finished}}`);
   }
+  ws.sql.exec(`UPDATE drill_runs SET drills = ? WHERE id = ?`, results, id);
   return json(200, `{"ok":true}`);
+}
+
+// recordHost puts a host event (a drill.run or detection.run entry, its
+// bytes as the front made them) in the workspace's log as a row of op
+// "host", as the server logs it: the ledger derives its entry from the
+// log with the commands', in their order, and replay passes it by.
+function recordHost(ws, event, now) {
+  ws.catchUp();
+  ws.seq++;
+  ws.sql.exec(`INSERT INTO log (seq, op, now_ms, body, version, semantics, events, command) VALUES (?, 'host', ?, ?, ?, ?, ?, NULL)`,
+    ws.seq, now, blob(enc.encode("{}")), ws.version, ws.book.semantics, blob(jsonArray([event])));
+  if (now > ws.last) ws.setMeta("clock", (ws.last = now));
+  ws.catchUp();
 }
 
 // drillRoute answers the front about a drill workspace: its tape from an
@@ -167,7 +194,11 @@ function casesRoute(ws, what, q, body, now) {
       ws.sql.exec(`INSERT INTO detection_cases (detector, key, entry_a, entry_b, finding, first_seen_ms, last_seen_ms)
         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET last_seen_ms = excluded.last_seen_ms RETURNING id`,
         q.get("detector"), key, a, b, JSON.stringify(finding), now, now).one().id);
-    return json(200, `{"ids":[${ids.join(",")}]}`);
+    return json(200, `{"ids":[${ids.join(",")}],"nowMs":${now}}`);
+  }
+  if (what === "record") {
+    recordHost(ws, body, now); // the run's detection.run entry (kernel/detect.RunEvent)
+    return json(200, `{"ok":true}`);
   }
   if (what !== "cases") return refusal(404, "not_found", `no detection route ${what}`);
   const status = q.get("status") ?? "";

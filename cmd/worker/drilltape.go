@@ -220,3 +220,16 @@ func caseIDs(b []byte, n int) ([]int64, error) {
 	}
 	return ids, err
 }
+
+// intMember is the integer member name of the JSON object b, if it has one.
+func intMember(b []byte, name string) (int64, bool) {
+	var n int64
+	found := false
+	kernel.ScanObject(b, func(member string, raw []byte) error {
+		if member == name {
+			n, found = kernel.IntLiteral(raw)
+		}
+		return nil
+	})
+	return n, found
+}

@@ -98,8 +98,8 @@ export class Workspace extends DurableObject {
     let sem = this.book.semantics, r = null;
     for (const row of this.sql.exec(`SELECT * FROM log WHERE seq > ? ORDER BY seq`, this.seq)) {
       if (row.semantics !== sem) k.setSemantics((sem = row.semantics));
-      r = row.command !== null ? k.stepRecord(new Uint8Array(row.command)) : k.stepBody(row.op, row.now_ms, new Uint8Array(row.body));
-      this.seq = row.seq;
+      if (row.op !== "host") r = row.command !== null ? k.stepRecord(new Uint8Array(row.command)) : k.stepBody(row.op, row.now_ms, new Uint8Array(row.body));
+      this.seq = row.seq; // a host row (drills.mjs) is an entry of the host's own, not a command
     }
     if (sem !== this.book.semantics) k.setSemantics(this.book.semantics);
     this.kernel = k;

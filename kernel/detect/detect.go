@@ -343,3 +343,22 @@ func OptionsFor(rules kernel.Rules) Options {
 		return ClassExclusive
 	}}
 }
+
+// RunEvent is the ledger entry of a detector's run on every host:
+// {"type":"detection.run","atMs","detector","treeSize","findings","cases":[ids]}.
+// Hosts record it as it is, so both tiers give these bytes.
+func RunEvent(atMs int64, detector string, treeSize int64, findings int, cases []string) []byte {
+	b := append([]byte(nil), `{"type":"detection.run","atMs":`...)
+	b = strconv.AppendInt(b, atMs, 10)
+	b = kernel.AppendQuote(append(b, `,"detector":`...), detector)
+	b = strconv.AppendInt(append(b, `,"treeSize":`...), treeSize, 10)
+	b = strconv.AppendInt(append(b, `,"findings":`...), int64(findings), 10)
+	b = append(b, `,"cases":[`...)
+	for i, c := range cases {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = kernel.AppendQuote(b, c)
+	}
+	return append(b, "]}"...)
+}

@@ -338,3 +338,19 @@ func TestListJSONIsEncodingJSONs(t *testing.T) {
 		t.Fatalf("ListJSON:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestRunEvent pins the detection.run entry's bytes (docs/DETECTION.md),
+// which both hosts record.
+func TestRunEvent(t *testing.T) {
+	for _, c := range []struct {
+		cases []string
+		want  string
+	}{
+		{nil, `{"type":"detection.run","atMs":5,"detector":"lease-overlap","treeSize":9,"findings":0,"cases":[]}`},
+		{[]string{"case_1", "case_2"}, `{"type":"detection.run","atMs":5,"detector":"lease-overlap","treeSize":9,"findings":2,"cases":["case_1","case_2"]}`},
+	} {
+		if got := string(detect.RunEvent(5, "lease-overlap", 9, len(c.cases), c.cases)); got != c.want {
+			t.Fatalf("RunEvent:\n got %s\nwant %s", got, c.want)
+		}
+	}
+}

@@ -507,3 +507,28 @@ func stepBody(step []byte) ([]byte, error) {
 	})
 	return append(b, '}'), err
 }
+
+// RunEvent is the ledger entry of a finished run on every host:
+// {"type":"drill.run","atMs":finished,"runId","startedAtMs","passed",
+// "drills":[{"name","passed","detail"?}]}, a failed drill's detail only.
+// Hosts record it as it is, so both tiers give these bytes.
+func RunEvent(runID string, startedMs, finishedMs int64, passed bool, results []Result) []byte {
+	b := append([]byte(nil), `{"type":"drill.run","atMs":`...)
+	b = strconv.AppendInt(b, finishedMs, 10)
+	b = kernel.AppendQuote(append(b, `,"runId":`...), runID)
+	b = strconv.AppendInt(append(b, `,"startedAtMs":`...), startedMs, 10)
+	b = strconv.AppendBool(append(b, `,"passed":`...), passed)
+	b = append(b, `,"drills":[`...)
+	for i, d := range results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = kernel.AppendQuote(append(b, `{"name":`...), d.Name)
+		b = strconv.AppendBool(append(b, `,"passed":`...), d.Passed)
+		if !d.Passed {
+			b = kernel.AppendQuote(append(b, `,"detail":`...), d.Detail)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}

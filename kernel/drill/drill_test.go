@@ -203,3 +203,13 @@ func TestSelectAndResultsJSON(t *testing.T) {
 		t.Fatal("Passed")
 	}
 }
+
+// TestRunEvent pins the drill.run entry's bytes (docs/DETECTION.md), which
+// both hosts record: a failed drill's detail only.
+func TestRunEvent(t *testing.T) {
+	got := string(drill.RunEvent("run_7", 100, 130, false, []drill.Result{{Name: "deadlock", Passed: true, Detail: "ok"}, {Name: "crashed-holder", Detail: "no \"expire\""}}))
+	want := `{"type":"drill.run","atMs":130,"runId":"run_7","startedAtMs":100,"passed":false,"drills":[{"name":"deadlock","passed":true},{"name":"crashed-holder","passed":false,"detail":"no \"expire\""}]}`
+	if got != want {
+		t.Fatalf("RunEvent:\n got %s\nwant %s", got, want)
+	}
+}

@@ -26,10 +26,10 @@ import (
 type Host interface {
 	// Open loads workspace ws, and so opens its ledger, when it is not yet.
 	Open(ws int64) error
-	// Record appends a host event (type typ at atMs, then fields as name
-	// and JSON value pairs) to ws's command log, so it becomes a ledger
-	// entry, and waits for its commit.
-	Record(ws int64, typ string, atMs int64, fields ...string) error
+	// Record appends a host event (one JSON object, type and atMs first)
+	// to ws's command log, so it becomes a ledger entry, and waits for its
+	// commit.
+	Record(ws int64, event []byte) error
 	// NowMs is the plane's clock.
 	NowMs() int64
 }
@@ -149,12 +149,7 @@ func (s *Service) run(ctx context.Context, ws int64, d detect.Detector) (Run, er
 		}
 		out.Findings = append(out.Findings, df)
 	}
-	ids, _ := json.Marshal(caseIDs)
-	if caseIDs == nil {
-		ids = []byte("[]")
-	}
-	if err := s.Host.Record(ws, "detection.run", now, "detector", string(kernel.AppendQuote(nil, d.Name)),
-		"treeSize", strconv.FormatInt(cp.Size, 10), "findings", strconv.Itoa(len(fs)), "cases", string(ids)); err != nil {
+	if err := s.Host.Record(ws, detect.RunEvent(now, d.Name, cp.Size, len(fs), caseIDs)); err != nil {
 		s.Log.Warn("detection: the run did not reach the ledger", "err", err)
 	}
 	return out, nil

@@ -7,7 +7,7 @@
 // by `make test-worker`.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { createWorkspace, createKey, fresh } from "../miniflare.mjs";
+import { createWorkspace, createKey, fresh, start } from "../miniflare.mjs";
 import { startIn, stop, objectJSON } from "./local.mjs";
 
 const ADMIN = "admin-secret-for-tests";
@@ -103,7 +103,7 @@ test("a ledger made under held requests holds no overlap; a planted one is found
   assert.equal(f.a.leaseId, "lease_one");
   assert.equal(f.b.leaseId, "lease_two");
   assert.equal(f.case, "case_1");
-  assert.equal(found.treeSize, clean.treeSize + 2);
+  assert.equal(found.treeSize, clean.treeSize + 3, "the clean run's detection.run entry, then the two planted grants");
   assert.deepEqual(f.entries.map((e) => e.index), [f.a.entry, f.b.entry]);
   for (const [i, e] of f.entries.entries()) {
     assert.equal(e.proof.index, e.index);
@@ -121,4 +121,29 @@ test("a ledger made under held requests holds no overlap; a planted one is found
   assert.equal(cases[0].status, "open");
   assert.deepEqual(cases[0].entries, [f.a.entry, f.b.entry]);
   assert.equal(cases[0].finding.text, f.text);
+  // Each run is an entry of the workspace's ledger, in the server's bytes
+  // (kernel/detect.RunEvent), after the entries it read.
+  const ledger = await call("GET", `/api/v1/ledger/entries?start=0&count=1000`, wkey);
+  assert.equal(ledger.status, 200, ledger.text);
+  const recorded = ledger.json.entries.filter((e) => e.event.type === "detection.run");
+  assert.equal(recorded.length, 3, JSON.stringify(recorded));
+  recorded.forEach((e, i) => {
+    const r = [clean, found, again][i];
+    assert.equal(e.index, r.treeSize, `run ${i}: its entry follows the entries it read`);
+    const cited = i === 0 ? "" : '"case_1"';
+    assert.match(Buffer.from(e.data, "base64").toString(),
+      new RegExp(`^\\{"type":"detection\\.run","atMs":\\d+,"detector":"lease-overlap","treeSize":${r.treeSize},"findings":${i === 0 ? 0 : 1},"cases":\\[${cited}\\]\\}$`));
+  });
+  // The runs' entries are host rows of the log, which a restart's replay
+  // passes by: the same machine, and the ledger neither shorter nor longer.
+  const before = await objectJSON(mf, "watched", "/test/state");
+  assert.equal(before.log.filter((l) => l.op === "host").length, 3, JSON.stringify(before.log));
+  await mf.dispose();
+  ({ mf, url: base } = await start({ dataDir, port: 0, adminSecret: ADMIN, testClock: true }));
+  const after = await objectJSON(mf, "watched", "/test/state");
+  const machine = (st) => ({ ...st.snapshot, nowMs: undefined }); // the restart's cancel {} steps at its own time
+  assert.deepEqual(machine(after), machine(before), "the same machine after the restart");
+  assert.equal(after.ledger.entries, before.ledger.entries);
+  const next = await lease(7);
+  assert.equal(next.status, 200, next.text);
 });

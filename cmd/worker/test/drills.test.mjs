@@ -50,6 +50,22 @@ async function until(what, pred, ms = 150000) {
   }
 }
 
+// assertRecorded checks that the workspace's ledger holds one drill.run
+// entry for each finished run of rs, and none for any other.
+async function assertRecorded(rs) {
+  const r = await call("GET", "/api/v1/ledger/entries?start=0&count=1000", wkey);
+  assert.equal(r.status, 200, r.text);
+  const entries = r.json.entries.filter((e) => e.event.type === "drill.run");
+  const finished = rs.filter((x) => x.finishedAtMs !== null && x.cancelledAtMs === null);
+  assert.deepEqual(entries.map((e) => e.event.runId).sort(), finished.map((x) => x.id).sort(), "one drill.run entry per finished run");
+  for (const x of finished) {
+    const e = entries.find((e) => e.event.runId === x.id);
+    const drills = x.drills.map((d) => `{"name":"${d.name}","passed":${d.passed}${d.passed ? "" : `,"detail":${JSON.stringify(d.detail)}`}}`).join(",");
+    assert.equal(Buffer.from(e.data, "base64").toString(),
+      `{"type":"drill.run","atMs":${x.finishedAtMs},"runId":"${x.id}","startedAtMs":${x.startedAtMs},"passed":${x.passed},"drills":[${drills}]}`);
+  }
+}
+
 test("the route refuses what it must, with the server's answers", async () => {
   let r = await call("POST", "/api/v1/drills/run", wkey, "{}");
   assert.equal(r.status, 403, r.text);
@@ -94,6 +110,9 @@ test("an operator's run passes every drill, each in a drill workspace of its own
   assert.match(crashed.detail, /^5 answers and [1-9]\d* alarm ticks (and \d+ of the host's own cancels )?matched the kernel's replay; \d+ commands found in the durable log$/);
   const herd = run.drills.find((d) => d.name === "herd-of-fifty");
   assert.match(herd.detail, /^\d{2,} answers/);
+  // The run is an entry of the workspace's ledger, in the server's bytes
+  // (kernel/drill.RunEvent), at the times the run lists.
+  await assertRecorded([run]);
   // The drill workspaces are gone: their objects hold nothing.
   const ns = await mf.getDurableObjectNamespace("WORKSPACES");
   for (const n of NAMES) {
