@@ -5,8 +5,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/url"
@@ -24,12 +22,15 @@ import (
 
 // The drills on the Workers tier: kernel/drill, the server's own run and
 // replay check, hosted by the front. POST /api/v1/drills/run (an operator
-// key) queues a run in the workspace's object and, in the background of
-// that request (waitUntil), runs the workspace's queued runs one at a
-// time: each drill in a fresh drill workspace of its own (an object named
-// drillPrefix+…, a name no real workspace can have), its commands sent
-// through the front's own routes with that workspace's keys, so through
-// the key check, the command's decoding and the object, as every request.
+// key) queues a run in the workspace's object, and PUT
+// /api/v1/drills/cadence sets its cadence; the object's alarm then calls
+// the front's runner route (pathDrillRunner, through the binding SELF to
+// the worker itself) with a runner token and awaits it, and the front
+// runs the workspace's queued runs one at a time: each drill in a fresh
+// drill workspace of its own (an object named drillPrefix+…, a name no
+// real workspace can have), its commands sent through the front's own
+// routes with that workspace's keys, so through the key check, the
+// command's decoding and the object, as every request.
 
 // drillPrefix starts every drill workspace's name: '~' is in no real
 // workspace's name (validWorkspaceName).
@@ -78,12 +79,7 @@ func drills(r *http.Request, rt api.Route) reply {
 		if err := emptyBody(body); err != nil {
 			return refusal(400, kernel.ReasonInvalid, "the body must be a JSON object: "+err.Error()+" (POST "+api.PathDrillsRun+" takes {})")
 		}
-		rep := toObject(k.workspace, "/keyed/drills/add", nil, k.id)
-		if rep.status == 200 {
-			ws := k.workspace
-			cloudflare.WaitUntil(func() { runDrills(ws) })
-		}
-		return rep
+		return toObject(k.workspace, "/keyed/drills/add", nil, k.id)
 	case api.PathDrillsRuns:
 		limit, msg := drillsLimit(q)
 		if msg != "" {
@@ -97,24 +93,64 @@ func drills(r *http.Request, rt api.Route) reply {
 		}
 		return toObject(k.workspace, "/keyed/drills/cancel?id="+strconv.FormatInt(id, 10), nil, k.id)
 	}
-	return refusal(404, "not_found", "the drills' cadence is not on the Workers tier (docs/WORKERS.md): ask each run with POST "+api.PathDrillsRun)
+	every, msg := cadenceEvery(body)
+	if msg != "" {
+		return refusal(400, kernel.ReasonInvalid, msg)
+	}
+	return toObject(k.workspace, "/keyed/drills/cadence?everyMs="+strconv.FormatInt(every, 10), nil, k.id)
+}
+
+// pathDrillRunner is the route the workspace's object calls from its
+// alarm (through the binding SELF) to have its queued runs run:
+// ?workspace=W&token=T, T the runner token the object keeps. It answers
+// once the runs are done; with another token it runs nothing (409).
+const pathDrillRunner = "/drills/runner"
+
+// drillRunner answers pathDrillRunner.
+func drillRunner(r *http.Request) reply {
+	if r.Method != "POST" {
+		return refusal(405, "method_not_allowed", pathDrillRunner+" takes POST")
+	}
+	q := r.URL.Query()
+	ws, token := q.Get("workspace"), q.Get("token")
+	if validWorkspaceName(ws) != nil || token == "" {
+		return refusal(400, kernel.ReasonInvalid, pathDrillRunner+" takes ?workspace=W&token=T, from the workspace's object")
+	}
+	n, rep := runDrills(ws, token)
+	if rep.status != 200 {
+		return rep
+	}
+	return reply{status: 200, body: append(strconv.AppendInt([]byte(`{"ok":true,"runs":`), int64(n), 10), '}')}
+}
+
+// testDrills is the drills a run runs in a test build's local workerd
+// (the variable LEASEPLANE_TEST_DRILLS, names joined by commas, honoured
+// only beside LEASEPLANE_TEST_CLOCK=1); nil, every drill, anywhere else.
+func testDrills() []string {
+	if cloudflare.Getenv("LEASEPLANE_TEST_CLOCK") != "1" || cloudflare.Getenv("LEASEPLANE_TEST_DRILLS") == "" {
+		return nil
+	}
+	return strings.Split(cloudflare.Getenv("LEASEPLANE_TEST_DRILLS"), ",")
 }
 
 // runDrills runs workspace's queued drill runs, one at a time, while its
-// object lets this runner in (one runner per workspace).
-func runDrills(workspace string) {
-	var t [8]byte
-	rand.Read(t[:])
-	token := hex.EncodeToString(t[:])
+// object lets this runner (token) in: n runs; rep is the object's refusal
+// when it did not let it in at all.
+func runDrills(workspace, token string) (n int, rep reply) {
+	names := testDrills()
 	for {
-		rep := toObject(workspace, "/drills/claim?token="+token, nil, "")
-		id, found := runIDOf(rep)
+		claim := toObject(workspace, "/drills/claim?token="+token, nil, "")
+		id, found := runIDOf(claim)
 		if !found {
-			return
+			if n == 0 && claim.status != 200 {
+				return 0, claim
+			}
+			return n, reply{status: 200}
 		}
+		n++
 		ctx, cancel := context.WithCancel(context.Background())
 		h := &drillHost{workspace: workspace, token: token, run: id, cancel: cancel}
-		results, err := drill.Run(ctx, h, id, nil, func(sofar []drill.Result) { h.save(sofar, false, false) })
+		results, err := drill.Run(ctx, h, id, names, func(sofar []drill.Result) { h.save(sofar, false, false) })
 		if ctx.Err() == nil {
 			if err != nil {
 				results = append(results, drill.Result{Name: "run", Detail: "the run could not go on: " + err.Error()})
@@ -204,7 +240,7 @@ func (h *drillHost) SleepUntil(ctx context.Context, ms int64) error {
 // request's context the runtime last went idle in, and workerd drops a
 // request's timers when that request ends, so a sleeping runner would
 // never wake. A timer set here is set while the runner runs, in the
-// context of the request whose waitUntil keeps it alive.
+// context of the runner's request, which the object's alarm awaits.
 func sleep(ctx context.Context, ms int64) error {
 	done := make(chan struct{})
 	var cb js.Func

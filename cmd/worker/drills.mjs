@@ -1,8 +1,16 @@
 // drills.mjs: the drills' state, and detection's cases, in a workspace's Durable Object
 // (workspace.mjs). The drills themselves run in the Go front (cmd/worker,
 // drills.go: kernel/drill, the server's own code); a workspace's object
-// keeps its runs (table drill_runs) and arbitrates which front runs them
-// (one runner at a time per workspace, by a token it renews), and a drill
+// keeps its runs (table drill_runs) and its cadence, and its alarm starts
+// them: the object's one alarm is set to the earlier of the kernel's next
+// alarm and the drills' (a queued run, the cadence's next), and when the
+// drills are due it calls the front through the binding SELF (the worker
+// itself) with a runner token it keeps, and awaits the run (an alarm
+// handler may run for 15 minutes; a request's waitUntil only 30 s after
+// its answer). The front's runner is let in only with that token (one
+// runner at a time per workspace; a repeated alarm finds it held and
+// starts nothing). While it awaits, no other alarm of the object runs, so
+// the kernel's deadlines are kept by a timer of the alarm's own. A drill
 // workspace's object (meta drill = 1) keeps its tape: every command it
 // stepped with its answer and events, which the front checks against the
 // kernel's replay. The detectors run in the front too (detection.go); the
@@ -16,8 +24,10 @@ import { json, refusal, b64, blob, dec, enc, jsonArray, EMPTY } from "./respond.
 // (429 limit_exceeded past it).
 export const MAX_RUNS = 4;
 // A runner that has not been heard from for this long is gone (its
-// isolate ended): the next claim takes its place and runs its run again.
+// isolate ended): the next alarm lets in another, which runs its run again.
 const RUNNER_STALE_MS = 120000;
+// The cadence's bounds, as on the server: 0 (none) or 1 s to 7 days.
+export const MIN_CADENCE_MS = 1000, MAX_CADENCE_MS = 7 * 24 * 3600 * 1000;
 
 export function initDrills(ws) {
   ws.drill = false;
@@ -55,6 +65,122 @@ function runJSON(r) {
 
 const runOf = (ws, id) => ws.sql.exec(`SELECT * FROM drill_runs WHERE id = ?`, id).toArray()[0];
 const open = `finished_ms IS NULL AND cancelled_ms IS NULL`;
+const openRuns = (ws) => ws.sql.exec(`SELECT count(*) AS n FROM drill_runs WHERE ${open}`).one().n;
+const runnerOf = (ws) => JSON.parse(ws.meta("drill_runner") ?? "null");
+const cadenceOf = (ws) => Number(ws.meta("drill_every") ?? 0);
+
+// drillsDue is when the object's alarm must next see to the drills (on
+// its clock), or null: at once for a queued run and no live runner; when
+// the live runner would be stale; the cadence's next run when none is
+// queued.
+export function drillsDue(ws) {
+  if (ws.drill || ws.rules === null) return null;
+  const held = runnerOf(ws);
+  if (openRuns(ws) > 0) return held !== null && held.ms > ws.now() - RUNNER_STALE_MS ? held.ms + RUNNER_STALE_MS : ws.now();
+  return cadenceOf(ws) > 0 ? Number(ws.meta("drill_next")) : null;
+}
+
+// drillsChanged sets the object's alarm again after the drills' state
+// changed.
+function drillsChanged(ws) {
+  ws.drillAt = drillsDue(ws);
+  ws.arm(ws.alarmAt);
+}
+
+// armAlarm sets the object's one storage alarm to the earlier of the
+// kernel's next alarm (at, kept as ws.alarmAt) and the drills' (ws.drillAt,
+// worked out again only when the drills change), in real time: minus the
+// test offset. A drill run's alarm, awaiting the run, learns when the
+// kernel's moved (ws.kernelMoved).
+export function armAlarm(ws, at) {
+  if (at !== ws.alarmAt) {
+    ws.alarmAt = at;
+    ws.kernelMoved?.();
+  }
+  if (ws.drillAt === undefined) ws.drillAt = drillsDue(ws);
+  const next = [at, ws.drillAt].filter((t) => t !== null && t !== undefined);
+  const when = next.length === 0 ? null : Math.min(...next) - ws.offset;
+  if (when === ws.armedAt) return;
+  ws.armedAt = when;
+  if (when === null) ws.ctx.storage.deleteAlarm();
+  else ws.ctx.storage.setAlarm(when);
+}
+
+// alarm is the object's alarm: the kernel's tick when its alarm is due,
+// then the drills' part.
+export async function alarm(ws) {
+  ws.catchUp();
+  ws.armedAt = undefined; // it fired: set it again, whatever is next
+  if (ws.alarmAt !== null && ws.alarmAt !== undefined && ws.alarmAt <= ws.now()) tick(ws);
+  else ws.arm(ws.alarmAt);
+  ws.book.retain(ws.now());
+  if (!ws.drill) await drillAlarm(ws);
+}
+
+function tick(ws) {
+  ws.alarmAt = undefined; // arm again whatever the kernel says
+  ws.counters.alarms++;
+  ws.step("tick", null, EMPTY);
+}
+
+// drillAlarm is the drills' part of the object's alarm: a cadence run
+// queued when it is due and none is queued, and, while runs are queued and
+// no runner is live, a runner started and awaited. A repeated alarm (an
+// alarm is delivered at least once) finds the runner live and starts
+// nothing.
+async function drillAlarm(ws) {
+  const now = ws.now(), every = cadenceOf(ws);
+  if (every > 0 && openRuns(ws) === 0 && Number(ws.meta("drill_next")) <= now) {
+    ws.sql.exec(`INSERT INTO drill_runs (trigger, requested_ms) VALUES ('cadence', ?)`, now);
+  }
+  const held = runnerOf(ws);
+  if (openRuns(ws) > 0 && !(held !== null && held.ms > now - RUNNER_STALE_MS)) {
+    const token = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+    ws.setMeta("drill_runner", JSON.stringify({ token, ms: now }));
+    ws.counters.drillRunners++;
+    drillsChanged(ws);
+    await runFront(ws, token);
+    // A runner that ended with runs still queued (it failed) keeps its
+    // token until it is stale: the alarm then lets in another.
+    if (runnerOf(ws)?.token === token && openRuns(ws) === 0) ws.setMeta("drill_runner", null);
+  }
+  drillsChanged(ws);
+}
+
+// runFront has the front run the workspace's queued runs with token, and
+// waits for it. Meanwhile it steps the kernel's ticks when they are due:
+// workerd runs no other alarm of this object until this one returns.
+async function runFront(ws, token) {
+  let done = false, timer;
+  const run = (async () => {
+    try {
+      if (!ws.env.SELF) throw new Error("the binding SELF (the worker itself, wrangler.jsonc) is not set");
+      const res = await ws.env.SELF.fetch(`https://front${RUNNER_PATH}?workspace=${encodeURIComponent(ws.meta("name"))}&token=${token}`, { method: "POST" });
+      const text = await res.text();
+      if (res.status !== 200) console.error(`workspace: the drill runner answered ${res.status}: ${text}`);
+    } catch (err) {
+      console.error("workspace: the drill runner failed:", err && err.message);
+    } finally {
+      done = true;
+      ws.kernelMoved?.();
+    }
+  })();
+  while (!done) {
+    const at = ws.alarmAt;
+    await new Promise((resolve) => {
+      ws.kernelMoved = resolve;
+      if (at !== null && at !== undefined) timer = setTimeout(resolve, Math.max(0, at - ws.now()));
+    });
+    ws.kernelMoved = null;
+    clearTimeout(timer);
+    if (!done && ws.kernel !== null && ws.alarmAt !== null && ws.alarmAt !== undefined && ws.alarmAt <= ws.now()) tick(ws);
+  }
+  await run;
+}
+
+// RUNNER_PATH is the front's route that runs a workspace's queued runs
+// (drills.go); it runs only for the token the object holds.
+const RUNNER_PATH = "/drills/runner";
 
 // drillsRoute answers the object's drill routes: /keyed/drills/* (a key
 // the object holds), /drills/* (the front's runner) and /drill/* (a drill
@@ -78,12 +204,26 @@ function keyedRoute(ws, what, q, now) {
         { "Retry-After": "1" });
     }
     const id = ws.sql.exec(`INSERT INTO drill_runs (trigger, requested_ms) VALUES ('asked', ?) RETURNING id`, now).one().id;
+    drillsChanged(ws); // the alarm starts a runner at once, unless one is live
     return json(200, `{"ok":true,"id":"${runId(id)}"}`);
   }
   if (what === "runs") {
     const limit = Number(q.get("limit") ?? 20);
     const rows = ws.sql.exec(`SELECT * FROM drill_runs ORDER BY id DESC LIMIT ?`, limit).toArray();
-    return json(200, `{"ok":true,"everyMs":0,"runs":[${rows.map(runJSON).join(",")}]}`);
+    return json(200, `{"ok":true,"everyMs":${cadenceOf(ws)},"runs":[${rows.map(runJSON).join(",")}]}`);
+  }
+  if (what === "cadence") {
+    // The front checked everyMs (0, or MIN_CADENCE_MS to MAX_CADENCE_MS).
+    // The next run is due everyMs from now, then everyMs after each
+    // cadence run started, as on the server.
+    const every = Number(q.get("everyMs"));
+    if (!(every === 0 || (Number.isSafeInteger(every) && every >= MIN_CADENCE_MS && every <= MAX_CADENCE_MS))) {
+      return refusal(400, "invalid_request", `everyMs must be 0 (stop) or an integer from ${MIN_CADENCE_MS} to ${MAX_CADENCE_MS}`);
+    }
+    ws.setMeta("drill_every", every);
+    ws.setMeta("drill_next", every > 0 ? now + every : null);
+    drillsChanged(ws);
+    return json(200, `{"ok":true,"everyMs":${every}}`);
   }
   if (what === "cancel") {
     const id = Number(q.get("id")), r = runOf(ws, id);
@@ -93,6 +233,9 @@ function keyedRoute(ws, what, q, now) {
       return refusal(409, "run_ended", `drill run ${runId(id)} has already finished; only a queued or running run can be cancelled`);
     }
     ws.sql.exec(`UPDATE drill_runs SET cancelled_ms = ?, finished_ms = ? WHERE id = ?`, now, now, id);
+    // A queued cadence run cancelled: the next one is a whole cadence away.
+    if (r.trigger === "cadence" && r.started_ms === null && cadenceOf(ws) > 0) ws.setMeta("drill_next", now + cadenceOf(ws));
+    drillsChanged(ws);
     return json(200, `{"ok":true,"run":${runJSON(runOf(ws, id))}}`);
   }
   return refusal(404, "not_found", `no drill route ${what}`);
@@ -100,21 +243,26 @@ function keyedRoute(ws, what, q, now) {
 
 // runnerRoute answers the front's runner (no key: the object is reachable
 // only through its binding): claim the next run, save a run's results,
-// ask whether it was cancelled. Every call carries the runner's token;
-// the object answers only the runner it last let in, while it is live.
+// record a finished run's entry, ask whether it was cancelled. Every call
+// carries the runner's token; the object answers only the runner its
+// alarm let in (each call renews it), any other 409 (it then stops).
 function runnerRoute(ws, what, q, body, now) {
   const token = q.get("token") ?? "";
-  const held = JSON.parse(ws.meta("drill_runner") ?? "null");
-  const mine = held !== null && held.token === token;
-  if (!mine && held !== null && held.ms > now - RUNNER_STALE_MS) return json(200, `{"ok":true,"id":null,"busy":true}`);
+  const held = runnerOf(ws);
+  if (held === null || held.token !== token) {
+    return json(409, `{"ok":false,"reason":"not_runner","busy":true,"error":"this runner was not let in, or another took its place"}`);
+  }
   ws.setMeta("drill_runner", JSON.stringify({ token, ms: now }));
   if (what === "claim") {
-    const r = ws.sql.exec(`SELECT id FROM drill_runs WHERE ${open} ORDER BY id LIMIT 1`).toArray()[0];
+    const r = ws.sql.exec(`SELECT id, trigger FROM drill_runs WHERE ${open} ORDER BY id LIMIT 1`).toArray()[0];
     if (!r) {
       ws.setMeta("drill_runner", null);
+      drillsChanged(ws);
       return json(200, `{"ok":true,"id":null}`);
     }
     ws.sql.exec(`UPDATE drill_runs SET started_ms = ?, drills = '[]' WHERE id = ?`, now, r.id);
+    if (r.trigger === "cadence" && cadenceOf(ws) > 0) ws.setMeta("drill_next", now + cadenceOf(ws));
+    ws.counters.drillStarts++;
     return json(200, `{"ok":true,"id":${r.id}}`);
   }
   const id = Number(q.get("id")), r = runOf(ws, id);

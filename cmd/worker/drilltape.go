@@ -233,3 +233,35 @@ func intMember(b []byte, name string) (int64, bool) {
 	})
 	return n, found
 }
+
+// The cadence's bounds, as on the server: 0 (none) or 1 s to 7 days.
+const (
+	minCadenceMs = 1000
+	maxCadenceMs = 7 * 24 * 3600 * 1000
+)
+
+// cadenceEvery reads PUT /api/v1/drills/cadence's body {"everyMs": N}: N,
+// or the refusal's message (the server's).
+func cadenceEvery(body []byte) (int64, string) {
+	var raw []byte
+	if strings.TrimSpace(string(body)) != "" {
+		err := kernel.ScanObject(body, func(name string, v []byte) error {
+			if name != "everyMs" {
+				return errors.New("unknown field " + strconv.Quote(name))
+			}
+			raw = v
+			return nil
+		})
+		if err != nil {
+			return 0, "the body must be a JSON object: " + err.Error() + ` (PUT ` + api.PathDrillsCadence + ` takes {"everyMs": N})`
+		}
+	}
+	if raw == nil || string(raw) == "null" {
+		return 0, "everyMs is required: the milliseconds between runs, or 0 to stop"
+	}
+	every, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || (every != 0 && (every < minCadenceMs || every > maxCadenceMs)) {
+		return 0, "everyMs must be 0 (stop) or an integer from " + strconv.Itoa(minCadenceMs) + " to " + strconv.Itoa(maxCadenceMs)
+	}
+	return every, ""
+}

@@ -86,6 +86,8 @@ func answer(r *http.Request) (reply, string) {
 			allow = "POST"
 		}
 		return mcp(r), allow
+	case path == pathDrillRunner:
+		return drillRunner(r), ""
 	case isDrillPath(path):
 		rt, ok := routeIn(drillRoutes, path)
 		return routed(r, rt, ok, func() reply { return refusal(404, "not_found", "no drill route "+path) }, drills)

@@ -5,7 +5,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { Miniflare } from "miniflare";
+import { Miniflare, kCurrentWorker } from "miniflare";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const root = path.resolve(here, "..", "..");
@@ -22,11 +22,12 @@ export function readConfig() {
 
 // start runs the worker. opts: dataDir (persisted storage; required),
 // port (0 or absent: dispatch only, no socket), adminSecret, ledgerSecret
-// (seals each workspace's signing key), testClock, retentionMs (the
-// ledger's retention of exported bodies), main (another built
-// entry module than wrangler.jsonc's, such as an older build's, for a
+// (seals each workspace's signing key), testClock, testDrills (the drills
+// a run runs, with testClock only; every drill when absent), retentionMs
+// (the ledger's retention of exported bodies), main (another built entry
+// module than wrangler.jsonc's, such as an older build's, for a
 // benchmark).
-export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "local ledger secret", testClock = false, retentionMs, main: entry }) {
+export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "local ledger secret", testClock = false, testDrills, retentionMs, main: entry }) {
   const cfg = readConfig();
   const main = entry ? path.resolve(entry) : path.resolve(here, cfg.main);
   if (!fs.existsSync(main)) throw new Error(`${main} is missing: run make worker`);
@@ -39,6 +40,7 @@ export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "l
   if (adminSecret) bindings.LEASEPLANE_ADMIN_SECRET = adminSecret;
   if (ledgerSecret) bindings.LEASEPLANE_LEDGER_SECRET = ledgerSecret;
   if (testClock) bindings.LEASEPLANE_TEST_CLOCK = "1";
+  if (testDrills) bindings.LEASEPLANE_TEST_DRILLS = testDrills.join(",");
   if (retentionMs !== undefined) bindings.LEASEPLANE_LEDGER_RETENTION_MS = String(retentionMs);
   const opts = {
     modules: true,
@@ -52,6 +54,9 @@ export async function start({ dataDir, port, adminSecret = "", ledgerSecret = "l
     compatibilityFlags: cfg.compatibility_flags ?? [],
     durableObjects,
     kvNamespaces: cfg.kv_namespaces.map((k) => k.binding),
+    // A binding to the worker itself is this worker (unnamed here, so that
+    // the objects' storage keeps the place earlier builds gave it).
+    serviceBindings: Object.fromEntries((cfg.services ?? []).map((s) => [s.binding, s.service === cfg.name ? kCurrentWorker : s.service])),
     bindings,
     cf: false,
     durableObjectsPersist: path.join(dataDir, "do"),

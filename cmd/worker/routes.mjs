@@ -69,6 +69,8 @@ export function metrics(ws) {
     ["leaseplane_event_streams", "gauge", "Events streams open now.", one(ws.streams.subs.size)],
     ["leaseplane_held_requests_total", "counter", "Held lease requests answered.", one(c.heldAnswered)],
     ["leaseplane_held_undeliverable_total", "counter", "Grants of held asks whose request was gone, released.", one(c.undeliverable)],
+    ["leaseplane_drill_runners_total", "counter", "Drill runners the object's alarm let in (each runs the queued drill runs through the front).", one(c.drillRunners)],
+    ["leaseplane_drill_runs_started_total", "counter", "Drill runs a runner started.", one(c.drillStarts)],
     ["leaseplane_ledger_write_failures_total", "counter", "Ledger writes that failed (caught up from the log).", one(c.ledgerFailures)],
     ["leaseplane_ledger_entries", "gauge", "Entries in the workspace's ledger.", one(ws.book.size)],
     ["leaseplane_log_commands", "gauge", "Commands in the log after the snapshot.", one(ws.sql.exec(`SELECT count(*) AS n FROM log`).one().n)],
@@ -107,6 +109,11 @@ export function testRoute(ws, what, q) {
     ws.catchUp();
     ws.ctx.storage.transactionSync(() => ws.book.append(enc.encode(q.get("events")), ws.seq, ws.now()));
     return json(200, { ok: true, entries: ws.book.size });
+  }
+  if (what === "alarm") {
+    // The object's alarm once more, as a repeated delivery would run it
+    // (an alarm is delivered at least once).
+    return ws.alarm().then(() => json(200, { ok: true }));
   }
   if (what !== "state") return refusal(404, "not_found", `no test route ${what}`);
   const log = ws.sql.exec(`SELECT seq, op, now_ms FROM log ORDER BY seq`).toArray();

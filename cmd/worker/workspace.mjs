@@ -2,9 +2,9 @@
 // for it. The kernel (its wasip1 build, through kernel.mjs) decides
 // everything; this object does the I/O its Ready asks for, one step per
 // command: it writes the log when Ready.log says, a snapshot when
-// Ready.snapshotDue says, sets its one alarm to Ready.nextAlarm, and writes
-// each answer of a held ask (Ready.answers) to the request held under its
-// askId. Its SQLite storage:
+// Ready.snapshotDue says, sets its one alarm to Ready.nextAlarm (or to the
+// drills', drills.mjs, when earlier), and writes each answer of a held ask
+// (Ready.answers) to the request held under its askId. Its SQLite storage:
 //
 //   meta      key/value: rules, name, clock (last nowMs recorded), offset
 //   log       every command the kernel said to log, with its nowMs, the
@@ -37,7 +37,7 @@ import { Kernel } from "./kernel.mjs";
 import { Book } from "./book.mjs";
 import { replay } from "./replay.mjs";
 import { create, key, metrics, testRoute } from "./routes.mjs";
-import { initDrills, tape, drillsRoute } from "./drills.mjs";
+import { initDrills, tape, drillsRoute, armAlarm, alarm } from "./drills.mjs";
 import { Streams } from "./events.mjs";
 import { json, refusal, unavailable, answer, blob, jsonArray, enc, dec, EMPTY } from "./respond.mjs";
 
@@ -49,7 +49,7 @@ export class Workspace extends DurableObject {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.testClock = env.LEASEPLANE_TEST_CLOCK === "1";
-    this.counters = { commands: {}, logged: 0, alarms: 0, heldAnswered: 0, undeliverable: 0, ledgerFailures: 0 };
+    this.counters = { commands: {}, logged: 0, alarms: 0, heldAnswered: 0, undeliverable: 0, ledgerFailures: 0, drillRunners: 0, drillStarts: 0 };
     this.held = new Map(); // askId → {keyId, signal, resolve}
     this.streams = new Streams(this); // the events streams (events.mjs)
     ctx.blockConcurrencyWhile(async () => this.load());
@@ -86,7 +86,7 @@ export class Workspace extends DurableObject {
     this.rules = this.meta("rules");
     this.last = Number(this.meta("clock") ?? 0);
     this.offset = Number(this.meta("offset") ?? 0);
-    this.alarmAt = undefined;
+    this.alarmAt = this.armedAt = this.drillAt = undefined; // the kernel's, the storage's, the drills' (drills.mjs)
     if (this.rules === null) return; // not made yet
     const k = new Kernel(kernelModule);
     const snap = this.sql.exec(`SELECT seq, data FROM snapshot WHERE id = 1`).toArray()[0];
@@ -248,21 +248,15 @@ export class Workspace extends DurableObject {
     if (this.held.delete(askId) && this.kernel !== null) this.step("cancel", null, body({ askId }));
   }
 
-  // arm sets the storage alarm to the kernel's next alarm (in real time:
-  // minus the test offset).
+  // arm sets the one storage alarm to the earlier of the kernel's next
+  // alarm (at) and the drills' (drills.mjs).
   arm(at) {
-    if (at === this.alarmAt) return;
-    this.alarmAt = at;
-    if (at === null) this.ctx.storage.deleteAlarm();
-    else this.ctx.storage.setAlarm(at - this.offset);
+    armAlarm(this, at);
   }
 
+  // alarm ticks the kernel when its alarm is due, then sees to the drills
+  // (drills.mjs), awaiting a drill run when one is due.
   async alarm() {
-    if (this.kernel === null) return;
-    this.catchUp();
-    this.alarmAt = undefined; // it fired: arm again whatever the kernel says
-    this.counters.alarms++;
-    this.step("tick", null, EMPTY);
-    this.book.retain(this.now());
+    if (this.kernel !== null) await alarm(this);
   }
 }

@@ -6,7 +6,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createWorkspace, createKey, fresh } from "../miniflare.mjs";
-import { startIn, stop } from "./local.mjs";
+import { startIn, stop, objectJSON } from "./local.mjs";
 
 const ADMIN = "admin-secret-for-tests";
 const NAMES = ["two-agents-one-slot", "crashed-holder", "deadlock", "herd-of-fifty", "stale-lease-id", "operator-suspends"];
@@ -88,9 +88,30 @@ test("the route refuses what it must, with the server's answers", async () => {
   assert.match(r.json.error, /run_N/);
   r = await call("POST", "/api/v1/drills/cancel", okey, '{"id":"run_99"}');
   assert.equal(r.status, 404, r.text);
-  r = await call("PUT", "/api/v1/drills/cadence", okey, '{"everyMs":60000}');
-  assert.equal(r.status, 404, r.text);
-  assert.match(r.json.error, /not on the Workers tier/);
+  // The cadence's refusals are the server's.
+  r = await call("PUT", "/api/v1/drills/cadence", wkey, '{"everyMs":60000}');
+  assert.equal(r.status, 403, r.text);
+  r = await call("GET", "/api/v1/drills/cadence", okey);
+  assert.equal(r.status, 405, r.text);
+  assert.equal(r.headers.get("allow"), "PUT");
+  for (const [body, want] of [
+    ["", /everyMs is required/],
+    ["{}", /everyMs is required/],
+    ['{"everyMs":null}', /everyMs is required/],
+    ['{"everyMs":999}', /everyMs must be 0 \(stop\) or an integer from 1000 to 604800000/],
+    ['{"everyMs":604800001}', /from 1000 to 604800000/],
+    ['{"everyMs":1.5e3}', /from 1000 to 604800000/],
+    ['{"everyMs":"60000"}', /from 1000 to 604800000/],
+    ['{"everyMs":60000,"x":1}', /unknown field "x" \(PUT \/api\/v1\/drills\/cadence takes \{"everyMs": N\}\)/],
+    ["[]", /the body must be a JSON object/],
+  ]) {
+    r = await call("PUT", "/api/v1/drills/cadence", okey, body);
+    assert.equal(r.status, 400, `${body}: ${r.text}`);
+    assert.equal(r.json.reason, "invalid_request");
+    assert.match(r.json.error, want, body);
+  }
+  r = await call("GET", "/api/v1/drills/runs", wkey);
+  assert.equal(r.json.everyMs, 0);
   assert.deepEqual(await runs(), []);
 });
 
@@ -98,9 +119,36 @@ test("an operator's run passes every drill, each in a drill workspace of its own
   const r = await call("POST", "/api/v1/drills/run", okey, "");
   assert.equal(r.status, 200, r.text);
   assert.match(r.json.id, /^run_\d+$/);
+  // The object's alarm started it (nobody else can) and awaits it: a run
+  // takes over 30 s, the crashed holder's lapse.
+  const started = (await until("the run starting", (rs) => rs.some((x) => x.id === r.json.id && x.startedAtMs !== null))).find((x) => x.id === r.json.id);
+  // Meanwhile the workspace's own leases still lapse on time: no other
+  // alarm of the object runs while it awaits the run, so a timer of the
+  // alarm's own ticks the kernel. A lease taken now and its expiry moved
+  // into the past by the test clock lapses before the run ends.
+  const own = await call("POST", "/api/v1/acp/coordination/lease", wkey, JSON.stringify({ resource: "lock:mine", actorDid: "did:web:a.example:agent:1" }));
+  assert.equal(own.status, 200, own.text);
+  assert.equal(own.json.lease.fence, 1, "the drills did not touch the workspace's own leases");
+  const st = await objectJSON(mf, "drilled", "/test/state");
+  await objectJSON(mf, "drilled", `/test/clock?advanceMs=${own.json.lease.expiresAtMs - st.nowMs + 1}`, { method: "POST" });
+  for (const end = Date.now() + 20000; ; ) {
+    const now = await objectJSON(mf, "drilled", "/test/state");
+    if (now.log.some((e) => e.op === "tick")) break;
+    if (Date.now() > end) assert.fail(`the lease did not lapse while the run ran: ${JSON.stringify(now.log)}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  const during = (await runs()).find((x) => x.id === r.json.id);
+  assert.equal(during.finishedAtMs, null, "the lapse came before the run's end");
+  // The alarm delivered again while the run runs (an alarm is delivered at
+  // least once) lets in no second runner.
+  for (let i = 0; i < 3; i++) await objectJSON(mf, "drilled", "/test/alarm");
   const done = await until("the run finishing", (rs) => rs.some((x) => x.id === r.json.id && x.finishedAtMs !== null));
   const run = done.find((x) => x.id === r.json.id);
   assert.equal(run.trigger, "asked");
+  assert.equal(run.startedAtMs, started.startedAtMs, "started once");
+  const metrics = await (await fetch(`${base}/metrics`, { headers: { ...fresh, Authorization: `Bearer ${wkey}` } })).text();
+  assert.match(metrics, /^leaseplane_drill_runners_total 1$/m);
+  assert.match(metrics, /^leaseplane_drill_runs_started_total 1$/m);
   assert.equal(run.cancelledAtMs, null);
   assert.deepEqual(run.drills.map((d) => d.name), NAMES);
   for (const d of run.drills) assert.equal(d.passed, true, `${d.name}: ${d.detail} (expected ${d.expected}, live ${d.live})`);
@@ -123,10 +171,6 @@ test("an operator's run passes every drill, each in a drill workspace of its own
   // Only a drill workspace is ever dropped.
   const real = await ns.get(ns.idFromName("drilled")).fetch("https://workspace/drill/drop");
   assert.equal(real.status, 409, await real.text());
-  // The workspace's own leases were not touched.
-  const own = await call("POST", "/api/v1/acp/coordination/lease", wkey, JSON.stringify({ resource: "lock:mine", actorDid: "did:web:a.example:agent:1" }));
-  assert.equal(own.status, 200, own.text);
-  assert.equal(own.json.lease.fence, 1);
 });
 
 test("runs past the bound are refused 429, and a queued or running run can be cancelled", async () => {
