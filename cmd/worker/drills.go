@@ -102,9 +102,15 @@ func drills(r *http.Request, rt api.Route) reply {
 
 // pathDrillRunner is the route the workspace's object calls from its
 // alarm (through the binding SELF) to have its queued runs run:
-// ?workspace=W&token=T, T the runner token the object keeps. It answers
-// once the runs are done; with another token it runs nothing (409).
-const pathDrillRunner = "/drills/runner"
+// ?workspace=W&token=T, T the runner token the object keeps, with the
+// token's proof (runnerProof) in headerRunnerProof. It answers once the
+// runs are done. Without the proof it touches no object (404); with a
+// token the object does not hold it runs nothing (409).
+const (
+	pathDrillRunner   = "/drills/runner"
+	headerRunnerProof = "X-Leaseplane-Runner"
+	secretLedger      = "LEASEPLANE_LEDGER_SECRET"
+)
 
 // drillRunner answers pathDrillRunner.
 func drillRunner(r *http.Request) reply {
@@ -113,8 +119,9 @@ func drillRunner(r *http.Request) reply {
 	}
 	q := r.URL.Query()
 	ws, token := q.Get("workspace"), q.Get("token")
-	if validWorkspaceName(ws) != nil || token == "" {
-		return refusal(400, kernel.ReasonInvalid, pathDrillRunner+" takes ?workspace=W&token=T, from the workspace's object")
+	secret := cloudflare.Getenv(secretLedger)
+	if validWorkspaceName(ws) != nil || token == "" || secret == "" || !sameSecret(r.Header.Get(headerRunnerProof), runnerProof(secret, ws, token)) {
+		return refusal(404, "not_found", "no drill runner: "+pathDrillRunner+" is called by a workspace's object, from its alarm")
 	}
 	n, rep := runDrills(ws, token)
 	if rep.status != 200 {

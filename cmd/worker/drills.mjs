@@ -155,7 +155,9 @@ async function runFront(ws, token) {
   const run = (async () => {
     try {
       if (!ws.env.SELF) throw new Error("the binding SELF (the worker itself, wrangler.jsonc) is not set");
-      const res = await ws.env.SELF.fetch(`https://front${RUNNER_PATH}?workspace=${encodeURIComponent(ws.meta("name"))}&token=${token}`, { method: "POST" });
+      const name = ws.meta("name");
+      const res = await ws.env.SELF.fetch(`https://front${RUNNER_PATH}?workspace=${encodeURIComponent(name)}&token=${token}`,
+        { method: "POST", headers: { "X-Leaseplane-Runner": await runnerProof(ws.env.LEASEPLANE_LEDGER_SECRET, name, token) } });
       const text = await res.text();
       if (res.status !== 200) console.error(`workspace: the drill runner answered ${res.status}: ${text}`);
     } catch (err) {
@@ -179,8 +181,18 @@ async function runFront(ws, token) {
 }
 
 // RUNNER_PATH is the front's route that runs a workspace's queued runs
-// (drills.go); it runs only for the token the object holds.
+// (drills.go); it runs only for the token the object holds, sent with its
+// proof.
 const RUNNER_PATH = "/drills/runner";
+
+// runnerProof is the front's runnerProof (drilltape.go): the hex
+// HMAC-SHA256, under the ledger secret, of "leaseplane drill runner", the
+// workspace and the token, lines apart.
+async function runnerProof(secret, name, token) {
+  const key = await crypto.subtle.importKey("raw", enc.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode(`leaseplane drill runner\n${name}\n${token}`)));
+  return [...mac].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
 
 // drillsRoute answers the object's drill routes: /keyed/drills/* (a key
 // the object holds), /drills/* (the front's runner) and /drill/* (a drill

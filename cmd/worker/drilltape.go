@@ -1,7 +1,10 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -264,4 +267,14 @@ func cadenceEvery(body []byte) (int64, string) {
 		return 0, "everyMs must be 0 (stop) or an integer from " + strconv.Itoa(minCadenceMs) + " to " + strconv.Itoa(maxCadenceMs)
 	}
 	return every, ""
+}
+
+// runnerProof is the proof a workspace's object sends with a runner token
+// (drills.mjs makes the same): the hex HMAC-SHA256, under the ledger
+// secret, of "leaseplane drill runner", the workspace and the token, lines
+// apart. Only the object and the front know the secret.
+func runnerProof(secret, workspace, token string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("leaseplane drill runner\n" + workspace + "\n" + token))
+	return hex.EncodeToString(m.Sum(nil))
 }

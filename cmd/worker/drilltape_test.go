@@ -68,3 +68,14 @@ func TestDrillRouteBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerProof pins the runner token's proof (drills.mjs computes the
+// same with WebCrypto): HMAC-SHA256 under the ledger secret.
+func TestRunnerProof(t *testing.T) {
+	if got := runnerProof("ledger secret", "acme", "00ff"); got != "97a55ac4471997d668fd534632e25d705871d73ae3ce6b9bd693d4a089b4024c" {
+		t.Fatalf("runnerProof = %s", got)
+	}
+	if runnerProof("other secret", "acme", "00ff") == runnerProof("ledger secret", "acme", "00ff") {
+		t.Fatal("the proof does not depend on the secret")
+	}
+}

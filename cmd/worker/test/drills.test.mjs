@@ -112,6 +112,15 @@ test("the route refuses what it must, with the server's answers", async () => {
   }
   r = await call("GET", "/api/v1/drills/runs", wkey);
   assert.equal(r.json.everyMs, 0);
+  // The runner's route runs nothing for a caller that is not the object's
+  // alarm: no proof of the token, or a wrong one, is refused before any
+  // object is reached.
+  for (const headers of [{}, { "X-Leaseplane-Runner": "0".repeat(64) }]) {
+    const res = await fetch(`${base}/drills/runner?workspace=drilled&token=00ff`, { method: "POST", headers: { ...fresh, ...headers } });
+    const text = await res.text();
+    assert.equal(res.status, 404, text);
+    assert.match(text, /no drill runner/);
+  }
   assert.deepEqual(await runs(), []);
 });
 
