@@ -171,7 +171,7 @@ async function runFront(ws, token) {
     const at = ws.alarmAt;
     await new Promise((resolve) => {
       ws.kernelMoved = resolve;
-      if (at !== null && at !== undefined) timer = setTimeout(resolve, Math.max(0, at - ws.now()));
+      if (at !== null && at !== undefined) timer = setTimeout(resolve, Math.min(Math.max(0, at - ws.now()), 60000)); // a timer's delay is at most 2^31-1 ms
     });
     ws.kernelMoved = null;
     clearTimeout(timer);
