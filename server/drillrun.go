@@ -386,6 +386,10 @@ func (r *drillRunner) runJob(ctx context.Context, job *drillJob) {
 	if err != nil {
 		results = append(results, drill.Result{Name: "run", Detail: "the run could not go on: " + err.Error()})
 	}
+	// The ledger's entry first: a run that reads finished has its
+	// drill.run entry recorded (a stop between the two runs it again, and
+	// the ledger then holds an entry for each time it ran).
+	s.recordDrillRun(job.ws, job.id, started, finished, passed, results)
 	if err := s.store.SaveDrillRun(job.id, drill.ResultsJSON(results), finished, passed); err != nil {
 		s.log.Error("drills: saving a run failed", "run", job.id, "err", err)
 	}
@@ -397,7 +401,6 @@ func (r *drillRunner) runJob(ctx context.Context, job *drillJob) {
 	}
 	r.mu.Unlock()
 	s.log.Info("drills: run finished", "run", job.id, "passed", passed, "ms", finished-started)
-	s.recordDrillRun(job.ws, job.id, started, finished, passed, results)
 }
 
 func (r *drillRunner) lastVerdict() float64 {
