@@ -117,7 +117,10 @@ func (s *Server) detectionRoutes() {
 		if err != nil {
 			return unavailable(err)
 		}
-		return jsonReply(map[string]any{"ok": true, "cases": cs})
+		return jsonReply(struct {
+			OK    bool `json:"ok"`
+			Cases any  `json:"cases"`
+		}{true, cs})
 	}))
 }
 

@@ -84,8 +84,8 @@ func (ds *drillServer) runs() ([]runView, int64) {
 		EveryMs int64
 		Runs    []runView
 	}
-	if err := json.Unmarshal(b, &v); err != nil || !v.OK {
-		ds.t.Fatalf("GET runs: %v %s", err, b)
+	if err := json.Unmarshal(b, &v); err != nil || !v.OK || !bytes.HasPrefix(b, []byte(`{"ok":true,"everyMs":`)) {
+		ds.t.Fatalf("GET runs (want \"ok\" then \"everyMs\" first, as docs/DETECTION.md): %v %s", err, b)
 	}
 	return v.Runs, v.EveryMs
 }
@@ -204,7 +204,9 @@ func TestDrillCadence(t *testing.T) {
 	dir := t.TempDir()
 	few := []string{"two-agents-one-slot", "stale-lease-id"}
 	ds := newDrillServer(t, dir, Config{faults: faults{drillNames: few}})
-	if st, b := ds.do("PUT", RouteDrillsCadence, ds.operator, `{"everyMs":2000}`); st != 200 {
+	// The answer's members in the order docs/DETECTION.md gives, as the
+	// Worker answers: "ok" first.
+	if st, b := ds.do("PUT", RouteDrillsCadence, ds.operator, `{"everyMs":2000}`); st != 200 || string(b) != `{"ok":true,"everyMs":2000}` {
 		t.Fatalf("PUT cadence: %d %s", st, b)
 	}
 	waitRuns := func(ds *drillServer, n int) []runView {

@@ -473,7 +473,10 @@ func (s *Server) drillRoutes() {
 		if refused != nil {
 			return *refused
 		}
-		return jsonReply(map[string]any{"ok": true, "id": runID(id)})
+		return jsonReply(struct {
+			OK bool   `json:"ok"`
+			ID string `json:"id"`
+		}{true, runID(id)})
 	}))
 	s.mux.Handle(RouteDrillsCancel, s.keyRoute(api.DrillsCancel, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		var req struct {
@@ -500,7 +503,10 @@ func (s *Server) drillRoutes() {
 		case !ok:
 			return refusal(404, api.ReasonNotFound, "this workspace has no drill run "+runID(id))
 		case run.CancelledMs != 0 && found:
-			return jsonReply(map[string]any{"ok": true, "run": toRunJSON(run)})
+			return jsonReply(struct {
+				OK  bool    `json:"ok"`
+				Run runJSON `json:"run"`
+			}{true, toRunJSON(run)})
 		case run.CancelledMs != 0:
 			return refusal(409, ReasonRunEnded, "drill run "+runID(id)+" was already cancelled")
 		default:
@@ -520,7 +526,11 @@ func (s *Server) drillRoutes() {
 		if err != nil {
 			return unavailable(err)
 		}
-		return jsonReply(map[string]any{"ok": true, "everyMs": s.drills.cadenceOf(k.WorkspaceID), "runs": each(runs, toRunJSON)})
+		return jsonReply(struct {
+			OK      bool      `json:"ok"`
+			EveryMs int64     `json:"everyMs"`
+			Runs    []runJSON `json:"runs"`
+		}{true, s.drills.cadenceOf(k.WorkspaceID), each(runs, toRunJSON)})
 	}))
 	s.mux.Handle(RouteDrillsCadence, s.keyRoute(api.DrillsCadence, func(r *http.Request, k store.Key, _ api.Query, body []byte) reply {
 		var req struct {
@@ -540,7 +550,10 @@ func (s *Server) drillRoutes() {
 		if err := s.drills.setCadence(k.WorkspaceID, every); err != nil {
 			return unavailable(err)
 		}
-		return jsonReply(map[string]any{"ok": true, "everyMs": every})
+		return jsonReply(struct {
+			OK      bool  `json:"ok"`
+			EveryMs int64 `json:"everyMs"`
+		}{true, every})
 	}))
 }
 
