@@ -1,7 +1,6 @@
 package server
 
 import (
-	_ "embed"
 	"net/http"
 	"slices"
 	"sync"
@@ -9,16 +8,8 @@ import (
 	"github.com/leaseplane/leaseplane/kernel/api"
 )
 
-// OpenAPI is the OpenAPI 3.1 document of every route the server answers
-// (openapi.json, served at RouteOpenAPI; docs/openapi.json is a copy).
-// openapi_test.go checks it against the patterns the server registers and
-// against real answers: a route added without its entry fails that test.
-//
-//go:embed openapi.json
-var OpenAPI []byte
-
-// RouteOpenAPI serves OpenAPI, with no key.
-const RouteOpenAPI = "/openapi.json"
+// RouteOpenAPI serves api.OpenAPI, with no key.
+const RouteOpenAPI = api.PathOpenAPI
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -26,7 +17,7 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 		writeEarly(w, refusal(405, api.ReasonMethodNotAllowed, r.URL.Path+" takes GET, not "+r.Method))
 		return
 	}
-	writeReply(w, reply{status: 200, answer: OpenAPI})
+	writeReply(w, reply{status: 200, answer: api.OpenAPI})
 }
 
 // routeMux is the server's ServeMux that also remembers the patterns

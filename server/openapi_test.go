@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leaseplane/leaseplane/kernel/api"
 	"github.com/leaseplane/leaseplane/server/store"
 )
 
@@ -24,14 +25,14 @@ import (
 // documented schema. docs/openapi.json must be the same bytes.
 func TestOpenAPI(t *testing.T) {
 	var doc map[string]any
-	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
-		t.Fatalf("server/openapi.json is not JSON: %v", err)
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatalf("kernel/api/openapi.json is not JSON: %v", err)
 	}
 	if doc["openapi"] != "3.1.0" {
 		t.Errorf("openapi %v, want 3.1.0", doc["openapi"])
 	}
-	if copy, err := os.ReadFile("../docs/openapi.json"); err != nil || !bytes.Equal(copy, OpenAPI) {
-		t.Errorf("docs/openapi.json is not a copy of server/openapi.json (%v): cp server/openapi.json docs/openapi.json", err)
+	if copy, err := os.ReadFile("../docs/openapi.json"); err != nil || !bytes.Equal(copy, api.OpenAPI) {
+		t.Errorf("docs/openapi.json is not a copy of kernel/api/openapi.json (%v): cp kernel/api/openapi.json docs/openapi.json", err)
 	}
 	paths := doc["paths"].(map[string]any)
 
@@ -50,13 +51,13 @@ func TestOpenAPI(t *testing.T) {
 				found = found || strings.HasPrefix(dp, p)
 			}
 			if !found {
-				t.Errorf("the server answers routes under %s but server/openapi.json documents none: add them (and cp server/openapi.json docs/openapi.json)", p)
+				t.Errorf("the server answers routes under %s but kernel/api/openapi.json documents none: add them (and cp kernel/api/openapi.json docs/openapi.json)", p)
 			}
 			continue
 		}
 		item, ok := paths[p].(map[string]any)
 		if !ok {
-			t.Errorf("route %s is answered by the server but missing from server/openapi.json: add it (and cp server/openapi.json docs/openapi.json)", p)
+			t.Errorf("route %s is answered by the server but missing from kernel/api/openapi.json: add it (and cp kernel/api/openapi.json docs/openapi.json)", p)
 			continue
 		}
 		rec := httptest.NewRecorder()
@@ -66,7 +67,7 @@ func TestOpenAPI(t *testing.T) {
 			method = rec.Header().Get("Allow")
 		}
 		if _, ok := item[strings.ToLower(method)]; !ok {
-			t.Errorf("route %s answers %s, which server/openapi.json does not document", p, method)
+			t.Errorf("route %s answers %s, which kernel/api/openapi.json does not document", p, method)
 		}
 	}
 
@@ -126,7 +127,7 @@ func checkOperation(t *testing.T, ts *testServer, doc map[string]any, path, meth
 	responses := op["responses"].(map[string]any)
 	r, ok := responses[fmt.Sprint(rec.Code)]
 	if !ok {
-		t.Fatalf("%s %s answered %d, which server/openapi.json does not document: %s", method, target, rec.Code, clip(rec.Body.Bytes()))
+		t.Fatalf("%s %s answered %d, which kernel/api/openapi.json does not document: %s", method, target, rec.Code, clip(rec.Body.Bytes()))
 	}
 	rm := resolve(doc, r)
 	content, _ := rm["content"].(map[string]any)
@@ -140,7 +141,7 @@ func checkOperation(t *testing.T, ts *testServer, doc map[string]any, path, meth
 		}
 		schema := content["application/json"].(map[string]any)["schema"]
 		if err := validate(doc, schema, v, "body"); err != nil {
-			t.Errorf("%s %s: the %d answer does not fit server/openapi.json: %v\n%s", method, target, rec.Code, err, clip(rec.Body.Bytes()))
+			t.Errorf("%s %s: the %d answer does not fit kernel/api/openapi.json: %v\n%s", method, target, rec.Code, err, clip(rec.Body.Bytes()))
 		}
 	case content["text/plain"] != nil && strings.HasPrefix(ctype, "text/plain"):
 	case content["text/event-stream"] != nil && strings.HasPrefix(ctype, "text/event-stream"):

@@ -6,15 +6,15 @@ import (
 	"testing"
 )
 
-// TestOpenAPIIsTheServers: the document the front answers is the server's
-// file, byte for byte (cp server/openapi.json cmd/worker/openapi.json).
+// TestOpenAPIIsTheServers: the document the front answers is the
+// contract's file, the one the server answers, byte for byte.
 func TestOpenAPIIsTheServers(t *testing.T) {
-	server, err := os.ReadFile("../../server/openapi.json")
+	file, err := os.ReadFile("../../kernel/api/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(openAPI, server) {
-		t.Error("cmd/worker/openapi.json is not server/openapi.json: cp server/openapi.json cmd/worker/openapi.json")
+	if rep, allow := openapi("GET"); rep.status != 200 || allow != "" || !bytes.Equal(rep.body, file) {
+		t.Errorf("GET: %d, Allow %q, %d bytes: want 200 and kernel/api/openapi.json's %d bytes", rep.status, allow, len(rep.body), len(file))
 	}
 	if rep, allow := openapi("POST"); rep.status != 405 || allow != "GET" {
 		t.Errorf("POST: %d, Allow %q", rep.status, allow)

@@ -239,13 +239,13 @@ test("the worker's /openapi.json is the server's, byte for byte, with no key", a
     const [wb, sb] = [Buffer.from(await w.arrayBuffer()), Buffer.from(await s.arrayBuffer())];
     assert.equal(w.status, s.status, method);
     for (const h of ["content-type", "allow", "cache-control", "x-content-type-options"]) assert.equal(w.headers.get(h), s.headers.get(h), `${method} ${h}`);
-    assert.ok(wb.equals(sb), `${method}: the worker's ${wb.length} bytes are not the server's ${sb.length} (cp server/openapi.json cmd/worker/openapi.json)`);
+    assert.ok(wb.equals(sb), `${method}: the worker's ${wb.length} bytes are not the server's ${sb.length} (cmd/worker and the server both answer kernel/api/openapi.json)`);
     if (method === "GET") {
       assert.equal(w.status, 200);
       assert.equal(JSON.parse(wb).openapi, "3.1.0");
     }
   }
-  const file = fs.readFileSync(path.join(root, "cmd/worker/openapi.json"));
+  const file = fs.readFileSync(path.join(root, "kernel/api/openapi.json"));
   const s = Buffer.from(await (await fetch(`${serverURL}/openapi.json`)).arrayBuffer());
-  assert.ok(file.equals(s), "cmd/worker/openapi.json is the running server's answer");
+  assert.ok(file.equals(s), "kernel/api/openapi.json is the running server's answer");
 });
