@@ -37,9 +37,6 @@ const RouteEvents = api.PathEvents
 // eventRing is how many recent events a workspace keeps for resuming.
 const eventRing = 4096
 
-// reasonGone refuses a resume from an event retention dropped.
-const reasonGone = api.ReasonGone
-
 // eventSubBuffer is how many events a stream may fall behind before it
 // is ended (the client resumes with Last-Event-ID).
 const eventSubBuffer = 1024
@@ -368,7 +365,7 @@ func appendSSE(b []byte, e streamEvent) []byte {
 // oldEvents reads events [from, to) from the ledger.
 func (s *Server) oldEvents(ctx context.Context, ws, from, to int64) ([]streamEvent, reply, bool) {
 	if s.ledger == nil {
-		return nil, refusal(410, reasonGone, "events before "+strconv.FormatInt(to, 10)+" are no longer kept (this server runs without a ledger)"), false
+		return nil, refusal(410, api.ReasonGone, "events before "+strconv.FormatInt(to, 10)+" are no longer kept (this server runs without a ledger)"), false
 	}
 	var out []streamEvent
 	for from < to {
@@ -377,7 +374,7 @@ func (s *Server) oldEvents(ctx context.Context, ws, from, to int64) ([]streamEve
 		var gone *store.GoneError
 		switch {
 		case errors.As(err, &gone):
-			return nil, refusal(410, reasonGone, gone.Error()), false
+			return nil, refusal(410, api.ReasonGone, gone.Error()), false
 		case err != nil:
 			return nil, unavailable(err), false
 		case len(es) == 0:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaseplane/leaseplane/kernel"
+	"github.com/leaseplane/leaseplane/kernel/api"
 	kledger "github.com/leaseplane/leaseplane/kernel/ledger"
 	"github.com/leaseplane/leaseplane/server/store"
 )
@@ -54,7 +55,7 @@ func badParam(name, msg string) Reply {
 
 // gone answers 410 for entries whose bodies retention dropped.
 func gone(err error) Reply {
-	return refuse(410, "gone", err.Error()+"; its tree hash is kept, so proofs and checkpoints still check")
+	return refuse(410, api.ReasonGone, err.Error()+"; its tree hash is kept, so proofs and checkpoints still check")
 }
 
 func unavailable(err error) Reply {
