@@ -151,13 +151,15 @@ func loadAssets(fsys fs.FS) (*assets, error) {
 // static/ holds no precompressed files: the built kernel is committed, and
 // a committed .gz or .br would double every kernel change's diff and need a
 // compressor that is not Go's standard library (Go has no brotli encoder).
-// Gzip at the best level costs a few tenths of a second of CPU for the 2.5 MB
-// kernel (Handler makes it as the server starts: warmGzip), and every
-// browser accepts it.
+// Handler makes it as the server starts (warmGzip), and every browser
+// accepts it. It is made at gzip's default level, not its best: for the
+// two builds (5.9 MB) the best level took twice the CPU (0.9 s against
+// 0.41 s, docs/BENCHMARKS.md "Server load") for 0.4 % fewer bytes, CPU that
+// a fresh server spends beside its first requests.
 func (as *asset) gzipped() []byte {
 	as.gzOnce.Do(func() {
 		var buf bytes.Buffer
-		w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		w, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression)
 		w.Write(as.raw)
 		w.Close()
 		as.gz = buf.Bytes()
