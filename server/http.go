@@ -19,7 +19,7 @@ import (
 
 func (s *Server) routes() {
 	for _, rt := range api.LeaseRoutes {
-		s.mux.Handle(rt.Path, s.keyed(rt, s.leaseRoute(rt)))
+		s.mux.HandleExact(rt.Path, s.keyed(rt, s.leaseRoute(rt)))
 	}
 	s.mux.Handle(RouteEvents, s.keyed(api.Events, s.eventsRoute))
 	s.mux.Handle(RouteWhoami, s.authed(api.Whoami, s.whoami))

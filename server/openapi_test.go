@@ -264,3 +264,57 @@ func hasType(t string, v any) bool {
 	is, known := jsonTypes[t]
 	return known && is(v)
 }
+
+// TestExactRoutes: every path the mux finds by its exact path (the lease
+// routes) is one the ServeMux matches to that very pattern, and requests
+// on it and on its variants (escaped, unclean, another method, CONNECT,
+// a host) are answered as the ServeMux alone answers them: the same
+// status and headers, the same body for a refusal, and the same Pattern
+// on the request.
+func TestExactRoutes(t *testing.T) {
+	ts := newTestServer(t, t.TempDir())
+	if len(ts.s.mux.exact) != len(api.LeaseRoutes) {
+		t.Fatalf("%d exact paths, want the %d lease routes", len(ts.s.mux.exact), len(api.LeaseRoutes))
+	}
+	for p := range ts.s.mux.exact {
+		if _, pattern := ts.s.mux.ServeMux.Handler(httptest.NewRequest("POST", p, nil)); pattern != p {
+			t.Errorf("the ServeMux matches %s to %q", p, pattern)
+		}
+		escaped := strings.Replace(p, "/api/", "/%61pi/", 1)
+		for _, rq := range []struct{ method, target string }{
+			{"POST", p}, {"GET", p}, {"DELETE", p}, {"POST", p + "?waitUpToMs=0"},
+			{"POST", escaped}, {"POST", "/api//" + strings.TrimPrefix(p, "/api/")}, {"POST", p + "/"},
+			{"POST", "http://other.example" + p}, {"CONNECT", p},
+		} {
+			answer := func(h http.Handler) (*httptest.ResponseRecorder, string) {
+				r := httptest.NewRequest(rq.method, rq.target, strings.NewReader(`{"resource":"lock:x","actorDid":"did:web:a.example:agent:1"}`))
+				r.Header.Set("Authorization", "Bearer "+ts.key)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, r)
+				return rec, r.Pattern
+			}
+			fast, fastPattern := answer(ts.s.mux)
+			slow, slowPattern := answer(ts.s.mux.ServeMux)
+			if fast.Code != slow.Code || !slices.Equal(sortedHeader(fast.Header()), sortedHeader(slow.Header())) || fastPattern != slowPattern {
+				t.Errorf("%s %s: %d %v pattern %q, the ServeMux answers %d %v pattern %q", rq.method, rq.target,
+					fast.Code, fast.Header(), fastPattern, slow.Code, slow.Header(), slowPattern)
+			}
+			// A 2xx answer's body tells the state (the first acquire
+			// holds what the second is refused), so only refusals compare.
+			if f, s := fast.Body.String(), slow.Body.String(); f != s && fast.Code/100 != 2 {
+				t.Errorf("%s %s answers %s, the ServeMux %s", rq.method, rq.target, f, s)
+			}
+		}
+	}
+}
+
+func sortedHeader(h http.Header) []string {
+	var l []string
+	for k, v := range h {
+		if k != "Content-Length" {
+			l = append(l, k+": "+strings.Join(v, ", "))
+		}
+	}
+	slices.Sort(l)
+	return l
+}
