@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/a-h/templ"
 
@@ -627,5 +629,75 @@ func TestWarmGzip(t *testing.T) {
 	}
 	if b, err := io.ReadAll(zr); err != nil || !bytes.Equal(b, fakeWasm) {
 		t.Errorf("the kernel's gzip does not decode to the kernel (%v)", err)
+	}
+}
+
+// TestWarmWhen: Handler's warming makes the gzip once the process has
+// been idle on idleTicks ticks in a row, and not before (a busy tick starts
+// the count again); or at once when a request came, however busy the
+// process.
+func TestWarmWhen(t *testing.T) {
+	a, err := loadAssets(fakeStatic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// busy, idle, busy, then idle: made at the last of idleTicks idle ticks.
+	seq := append([]bool{false, true, false}, slices.Repeat([]bool{true}, idleTicks)...)
+	ticks := make(chan time.Time, len(seq)+2)
+	for range cap(ticks) {
+		ticks <- time.Time{}
+	}
+	calls := 0
+	warmWhen(a, ticks, func() bool {
+		if a.byName[WasmFile].gz != nil {
+			t.Errorf("the gzip was made before tick %d", calls+1)
+		}
+		calls++
+		return seq[calls-1]
+	}, nil)
+	if calls != len(seq) || len(ticks) != 2 {
+		t.Errorf("idle asked %d times, %d ticks left; want %d and 2", calls, len(ticks), len(seq))
+	}
+	if a.byName[WasmFile].gz == nil {
+		t.Errorf("idle on %d ticks in a row, the kernel's gzip was not made", idleTicks)
+	}
+
+	b, err := loadAssets(fakeStatic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{})
+	close(asked)
+	warmWhen(b, nil, func() bool { t.Error("idle asked after a request came"); return false }, asked)
+	if b.byName[WasmFile].gz == nil {
+		t.Error("a request came, the kernel's gzip was not made")
+	}
+}
+
+// TestIdleSince: idle while the process used less than a quarter of a
+// core since the last look, on a fake clock and CPU time; always idle
+// where the CPU time is not read.
+func TestIdleSince(t *testing.T) {
+	var cpu time.Duration
+	var wall time.Time
+	idle := idleSince(func() time.Duration { return cpu }, func() time.Time { return wall })
+	for i, step := range []struct {
+		cpu, wall time.Duration
+		idle      bool
+	}{
+		{cpu: 150 * time.Millisecond, wall: 200 * time.Millisecond, idle: false},
+		{cpu: 40 * time.Millisecond, wall: 200 * time.Millisecond, idle: true},
+		{cpu: 60 * time.Millisecond, wall: 200 * time.Millisecond, idle: false},
+		{cpu: 0, wall: 200 * time.Millisecond, idle: true},
+	} {
+		cpu += step.cpu
+		wall = wall.Add(step.wall)
+		if got := idle(); got != step.idle {
+			t.Errorf("step %d: %v of CPU in %v: idle %v, want %v", i, step.cpu, step.wall, got, step.idle)
+		}
+	}
+	unread := idleSince(func() time.Duration { return 0 }, time.Now)
+	if !unread() {
+		t.Error("with no CPU time to read, not idle")
 	}
 }
