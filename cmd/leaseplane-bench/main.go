@@ -201,7 +201,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	queueWaits := fs.String("queue-waits", "held,polled", "how leaseplane's clients wait in the queue workload, comma-separated: held (?waitUpToMs), polled (sleep stampede.waitMs)")
 	jitter := fs.Bool("jitter", false, "polling leaseplane clients sleep waitMs plus a random part of it (at most half, at most 500 ms), not waitMs exactly")
 	noLedger := fs.Bool("no-ledger", false, "also measure each engine with the signed ledger off (what the ledger costs)")
-	rawClient := fs.Bool("raw-client", false, "drive leaseplane with a minimal HTTP/1.1 client instead of server/client over net/http")
+	rawClient := fs.Bool("raw-client", false, "drive leaseplane with a minimal HTTP/1.1 client instead of server/client")
+	netHTTP := fs.Bool("net-http", false, "leaseplane's clients send through net/http (server/client given an http.Client, as a program that passes one does) instead of the client's own connections (client.New with none, the default users get)")
 	batch := fs.Int("batch", 0, "prototype, spread only: each leaseplane client is an orchestrator for B agents and sends their acquires, then their releases, in one request each (--clients/B orchestrators); needs a server with the prototype batch route, which the product does not have (docs/BENCHMARKS.md)")
 	h2c := fs.Int("h2c", 0, "prototype: leaseplane's clients share N HTTP/2 connections without TLS (prior knowledge) instead of one HTTP/1.1 connection each; needs a server that speaks h2c, which the product does not today (docs/BENCHMARKS.md)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the first leaseplane target's first workload (spread by default) in the first run to this file: of the server process (its serve --cpuprofile), or with --in-process of this process (server and load generator)")
@@ -313,7 +314,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				continue
 			}
 			s := spec{label: planeLabel(e, nl, *inProcess), plane: true}
-			o := planeOpts{clients: *clients, raw: *rawClient, jitter: *jitter, noLedger: nl, h2c: *h2c, batch: *batch}
+			o := planeOpts{clients: *clients, raw: *rawClient, netHTTP: *netHTTP, jitter: *jitter, noLedger: nl, h2c: *h2c, batch: *batch}
 			if *h2c > 0 {
 				s.label += "/h2c"
 			}

@@ -36,12 +36,16 @@ func engine(name string) (kernel.Factory, error) {
 }
 
 // planeConn is the client side of a leaseplane target, whichever process
-// serves it: the plane's URL and key, one shared net/http client, and how
-// its workers wait.
+// serves it: the plane's URL and key, one shared client, and how its
+// workers wait.
 type planeConn struct {
 	url string
 	key string
-	hc  *http.Client // HTTP/1.1, one connection per client
+	// lc is the workers' shared server/client, on its own connections
+	// (client.New with no http.Client, as users make it); nil with
+	// --net-http, where each worker's client sends through hc.
+	lc *client.Client
+	hc *http.Client // HTTP/1.1 over net/http, one connection per client
 	// h2 are the HTTP/2 clients (--h2c) the workers share, client i on
 	// h2[i%len(h2)]; none: each worker on hc.
 	h2  []*http.Client
@@ -55,6 +59,7 @@ type planeConn struct {
 type planeOpts struct {
 	clients  int
 	raw      bool
+	netHTTP  bool // server/client over net/http (--net-http)
 	jitter   bool
 	noLedger bool
 	h2c      int // HTTP/2 connections without TLS the clients share; 0: HTTP/1.1
@@ -79,6 +84,9 @@ func (o planeOpts) heldCaps() []string {
 // conn is the client side of a plane at url with key.
 func (o planeOpts) conn(url, key string) planeConn {
 	c := planeConn{url: url, key: key, hc: newHTTPClient(o.clients), raw: o.raw, jitter: o.jitter, batch: o.batch}
+	if !o.netHTTP && o.h2c == 0 {
+		c.lc = client.New(url, key, nil)
+	}
 	for range o.h2c {
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
@@ -90,6 +98,9 @@ func (o planeOpts) conn(url, key string) planeConn {
 // closeIdle drops the clients' idle connections.
 func (t *planeConn) closeIdle() {
 	t.hc.CloseIdleConnections()
+	if t.lc != nil {
+		t.lc.CloseIdleConnections()
+	}
 	for _, c := range t.h2 {
 		c.CloseIdleConnections()
 	}
@@ -243,14 +254,18 @@ func (t *planeConn) worker(i int, polled bool) (worker, error) {
 	if len(t.h2) > 0 {
 		hc = t.h2[i%len(t.h2)]
 	}
+	lc := t.lc
+	if lc == nil {
+		lc = client.New(t.url, t.key, hc)
+	}
 	if t.batch > 0 {
-		w := &batchWorker{c: client.New(t.url, t.key, hc)}
+		w := &batchWorker{c: lc}
 		for j := range t.batch {
 			w.dids = append(w.dids, "did:bench:client:"+strconv.Itoa(i*t.batch+j))
 		}
 		return w, nil
 	}
-	return &planeWorker{c: client.New(t.url, t.key, hc), did: did, leases: map[string]string{}, jitter: t.jitter, polled: polled}, nil
+	return &planeWorker{c: lc, did: did, leases: map[string]string{}, jitter: t.jitter, polled: polled}, nil
 }
 
 // planeWorker is a leaseplane user on server/client. Held (the default),

@@ -49,12 +49,31 @@ type Client struct {
 	url *url.URL
 	// auth is the Authorization header's value, nil without a key.
 	auth []string
+	// own are the client's own connections for the lease routes (conns.go),
+	// when New was given no http.Client and no proxy applies to base; nil
+	// otherwise. prefix is base's path, escaped, for their requests.
+	own     *conns
+	prefix  string
+	ownAuth string
 }
 
 // New returns a client of the plane at baseURL (such as
 // "http://127.0.0.1:8080") that sends key as its Bearer token (none when
-// key is empty). A nil hc means http.DefaultClient.
+// key is empty).
+//
+// With a nil hc the client keeps its own HTTP/1.1 connections to the plane
+// for the lease routes (Acquire, Release, Wait, Call and the held asks):
+// each request is written and answered on the caller's goroutine, at about
+// a third of net/http's CPU (docs/BENCHMARKS.md). The other routes, and
+// the lease routes too when a proxy from the environment (HTTP_PROXY,
+// HTTPS_PROXY) applies to baseURL or baseURL is not a plain http(s) URL,
+// go through http.DefaultClient. Pass an http.Client (http.DefaultClient
+// included) to send every request through it: its transport, proxy,
+// timeouts and TLS settings then apply. A context's deadline and
+// cancellation apply either way. CloseIdleConnections closes what the
+// client keeps open.
 func New(baseURL, key string, hc *http.Client) *Client {
+	own := hc == nil
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -66,8 +85,26 @@ func New(baseURL, key string, hc *http.Client) *Client {
 		!strings.HasSuffix(u.Host, ":") && u.User == nil && u.Opaque == "" && u.RawPath == "" && u.RawQuery == "" &&
 		!u.ForceQuery && u.Fragment == "" && u.String() == c.base {
 		c.url = u
+		if own {
+			if proxy, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err == nil && proxy == nil {
+				c.own, c.prefix = newConns(u), u.EscapedPath()
+				if c.auth != nil {
+					c.ownAuth = c.auth[0]
+				}
+			}
+		}
 	}
 	return c
+}
+
+// CloseIdleConnections closes the connections the client keeps open and
+// is not using (its own, and its http.Client's). A later request opens
+// new ones.
+func (c *Client) CloseIdleConnections() {
+	if c.own != nil {
+		c.own.closeIdle()
+	}
+	c.hc.CloseIdleConnections()
 }
 
 // BaseURL is the plane's address as given to New, without a trailing slash.
@@ -141,6 +178,16 @@ func (c *Client) doQuery(ctx context.Context, op kernel.Op, body []byte, query s
 	}
 	if rt.Method == http.MethodGet {
 		body = nil
+	}
+	if c.own != nil && ctx != nil {
+		r, err := c.own.roundTrip(ctx, rt.Method, c.prefix+rt.Path+query, c.ownAuth, body, MaxAnswerBytes)
+		if err == nil && int64(len(r.body)) > MaxAnswerBytes {
+			err = errTooLong(MaxAnswerBytes)
+		}
+		if err != nil {
+			return response{}, fmt.Errorf("leaseplane client: %s %s: %w", rt.Method, c.base+rt.Path+query, err)
+		}
+		return r, nil
 	}
 	if c.url == nil || ctx == nil {
 		// (A nil ctx gets NewRequestWithContext's error, as it always did.)

@@ -30,8 +30,10 @@ type seenRequest struct {
 // TestLeaseRequestsLikeParsed: the lease routes' requests, built from the
 // base URL parsed once, reach the server exactly as the requests built by
 // parsing base+path+query (http.NewRequestWithContext) do: method, URI,
-// host, every header, body. A base that does not parse back to itself is
-// sent the parsing way.
+// host, every header, body; so do those of the client's own connections
+// (conns.go), but for the headers net/http's Transport adds (User-Agent,
+// Accept-Encoding). A base that does not parse back to itself is sent the
+// parsing way.
 func TestLeaseRequestsLikeParsed(t *testing.T) {
 	var mu sync.Mutex
 	var seen []seenRequest
@@ -67,7 +69,12 @@ func TestLeaseRequestsLikeParsed(t *testing.T) {
 			if (c.url != nil) != tc.parsed {
 				t.Errorf("%s: parsed once %v, want %v", tc.base, c.url != nil, tc.parsed)
 			}
-			slow := *c
+			if (c.own != nil) != tc.parsed {
+				t.Errorf("%s: own connections %v, want %v", tc.base, c.own != nil, tc.parsed)
+			}
+			viaHTTP := *c
+			viaHTTP.own = nil
+			slow := viaHTTP
 			slow.url = nil
 			calls := []func(c *Client) error{
 				func(c *Client) error {
@@ -99,19 +106,29 @@ func TestLeaseRequestsLikeParsed(t *testing.T) {
 				mu.Lock()
 				seen = nil
 				mu.Unlock()
-				errFast, errSlow := call(c), call(&slow)
-				if errFast != nil || errSlow != nil {
-					t.Errorf("%s call %d: error %v, parsing each time %v", tc.base, i, errFast, errSlow)
+				errOwn, errFast, errSlow := call(c), call(&viaHTTP), call(&slow)
+				if errOwn != nil || errFast != nil || errSlow != nil {
+					t.Errorf("%s call %d: error %v, through net/http %v, parsing each time %v", tc.base, i, errOwn, errFast, errSlow)
 					continue
 				}
 				mu.Lock()
 				got := slices.Clone(seen)
 				mu.Unlock()
-				if len(got) != 2 {
-					t.Fatalf("%s call %d: the server saw %d requests, want 2", tc.base, i, len(got))
+				if len(got) != 3 {
+					t.Fatalf("%s call %d: the server saw %d requests, want 3", tc.base, i, len(got))
 				}
-				if !reflect.DeepEqual(got[0], got[1]) {
-					t.Errorf("%s call %d:\n got %+v\nwant %+v (parsing base+path each time)", tc.base, i, got[0], got[1])
+				if !reflect.DeepEqual(got[1], got[2]) {
+					t.Errorf("%s call %d:\n got %+v\nwant %+v (parsing base+path each time)", tc.base, i, got[1], got[2])
+				}
+				if tc.parsed && got[0].header.Get("User-Agent") != userAgent {
+					t.Errorf("%s call %d: own connections' User-Agent %q", tc.base, i, got[0].header.Get("User-Agent"))
+				}
+				for _, g := range got {
+					delete(g.header, "User-Agent")
+					delete(g.header, "Accept-Encoding")
+				}
+				if !reflect.DeepEqual(got[0], got[2]) {
+					t.Errorf("%s call %d, own connections:\n got %+v\nwant %+v (net/http, parsing base+path each time)", tc.base, i, got[0], got[2])
 				}
 			}
 		}
