@@ -6,8 +6,9 @@
 // The pages run the kernel in the browser: after a page has loaded it
 // makes no request. Two assets are made when the binary starts rather
 // than kept in static/: kernel-boot.js (BootFile: wasm_exec.js, glue.js
-// and boot.js as one script for the page's head, which starts the kernel
-// while the page is parsed) and corpus.json (CorpusFile: the examples
+// and boot.js as one script, which the page's inline head script,
+// headboot.js, inserts once it has started the kernel's fetch and compile)
+// and corpus.json (CorpusFile: the examples
 // menu's scenarios, which the playground fetches after its first verdict,
 // so that the page carries only its default example). Handler serves them from the binary (the wasm chosen
 // by Accept-Encoding, assets named by a hash of their bytes and cached as

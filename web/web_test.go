@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -87,16 +89,27 @@ func TestLayoutNamesHashedAssetsAndKernel(t *testing.T) {
 	if strings.Contains(html, "role=\"alert\"") {
 		t.Error("layout shows the missing-kernel banner although a kernel is embedded")
 	}
-	// The kernel's start (wasm_exec.js, glue.js and boot.js as one file)
-	// comes before the stylesheet, which would hold a script after it
-	// until the stylesheet arrived, and before the deferred scripts.
+	// The kernel's start is the head's inline script (headBoot), which
+	// names the module and the boot file (wasm_exec.js, glue.js and boot.js
+	// as one file) it inserts; it comes before the stylesheet, which would
+	// hold a script after it until the stylesheet arrived, and before the
+	// deferred scripts. It is the page's only script without a src, and
+	// the policy allows it by its hash.
 	boot := a.byName[BootFile]
 	if boot == nil || string(boot.raw) != "// go\n\n// glue\n\n// boot\n\n" {
 		t.Fatalf("the boot file is not wasm_exec.js, glue.js and boot.js in order: %v", boot)
 	}
-	k, css, deferred := strings.Index(html, `<script src="/static/`+boot.hashed+`" data-wasm=`), strings.Index(html, `rel="stylesheet"`), strings.Index(html, "<script defer")
+	k := strings.Index(html, `<script data-wasm="/static/`+a.byName[WasmFile].hashed+`" data-boot="/static/`+boot.hashed+`">`+headBoot+`</script>`)
+	css, deferred := strings.Index(html, `rel="stylesheet"`), strings.Index(html, "<script defer")
 	if k < 0 || css < 0 || k > css || k > deferred {
 		t.Errorf("the kernel's start (at %d) should come before the stylesheet (at %d) and the deferred scripts (at %d)", k, css, deferred)
+	}
+	if n := strings.Count(html, "<script"); n != strings.Count(html, "<script defer src=")+1 {
+		t.Errorf("%d script elements, want the inline start and deferred scripts only", n)
+	}
+	sum := sha256.Sum256([]byte(headBoot))
+	if h := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"; !strings.Contains(cspMeta, "script-src 'self' 'wasm-unsafe-eval' "+h+";") || !strings.Contains(html, strings.ReplaceAll(h, "'", "&#39;")) {
+		t.Errorf("the policy does not allow the inline start by its hash %s: %s", h, cspMeta)
 	}
 	if strings.Contains(html, a.byName["wasm_exec.js"].hashed) || strings.Contains(html, a.byName["glue.js"].hashed) {
 		t.Error("the page loads wasm_exec.js or glue.js besides the boot file")

@@ -1,23 +1,16 @@
-// boot.js starts the kernel while the page is still being parsed: it
-// fetches and compiles leaseplane.wasm, and as soon as the module is
-// compiled it starts Go's runtime in it, so that window.lpKernel (a promise
-// of the global leaseplane object) is often ready before the page's
-// deferred scripts run. The page serves it as one file after Go's
-// wasm_exec.js and glue.js (the bundle BootFile), loaded without defer from
-// the head: the Content-Security-Policy allows no inline script. The
-// module's URL is the data-wasm attribute of its script element.
+// boot.js starts Go's runtime in the kernel as soon as the module is
+// compiled, so that window.lpKernel (a promise of the global leaseplane
+// object) is often ready before the page's deferred scripts run. The fetch
+// and compile of leaseplane.wasm started earlier, from the page's inline
+// head script (web/headboot.js, allowed by its hash in the
+// Content-Security-Policy), which made window.lpKernel and window.lpBoot
+// (the module's promise, and lpKernel's resolve and reject) and inserted
+// this script: the bundle BootFile, boot.js after Go's wasm_exec.js and
+// glue.js, loaded async, so that nothing holds the page's parser.
 "use strict";
-(function (u) {
-  if (!u) return;
-  performance.mark("lp:kernel-fetch");
-  var compiled = fetch(u).then(function (x) {
-    if (!x.ok) throw new Error("loading the kernel failed: HTTP " + x.status + " for " + u);
-    var t = x.headers.get("Content-Type") || "";
-    return t.indexOf("application/wasm") === 0 && WebAssembly.compileStreaming
-      ? WebAssembly.compileStreaming(x)
-      : x.arrayBuffer().then(function (b) { return WebAssembly.compile(b); });
-  });
-  window.lpKernel = compiled.then(function (module) {
+(function (b) {
+  if (!b) return;
+  b.module.then(function (module) {
     var go = new Go();
     return WebAssembly.instantiate(module, go.importObject).then(function (instance) {
       performance.mark("lp:kernel-compiled");
@@ -26,6 +19,5 @@
       performance.mark("lp:kernel-ready");
       return globalThis.leaseplane;
     });
-  });
-  window.lpKernel.catch(function () {});
-})(document.currentScript && document.currentScript.dataset.wasm);
+  }).then(b.ok, b.no);
+})(window.lpBoot);
