@@ -1,7 +1,10 @@
 // bench.mjs measures the playground in headless chromium on localhost:
 // navigation to the first verdict (performance mark lp:first-verdict,
 // from navigation start), with a cold cache (new profile) and a warm one,
-// and the herd of fifty replayed by leaseplane.replay in the page.
+// and the herd of fifty replayed by leaseplane.replay in the page. The
+// breakdown gives when the first verdict was drawn too (the mark
+// lp:first-verdict-painted, after the frame that shows it), where the
+// build sets it.
 // Usage: make wasm && node web/browser/bench.mjs [BINARY]   (prints medians)
 import fs from "node:fs";
 import os from "node:os";
@@ -27,7 +30,8 @@ const breakdown = (ms) => {
   const at = (k) => f(median(ms.map((m) => m[k])));
   return `kernel fetch starts at ${at("lp:kernel-fetch")} ms, compiled and instantiated ${f(d("lp:kernel-fetch", "lp:kernel-compiled"))} ms later, ` +
     `Go runtime ready ${f(d("lp:kernel-compiled", "lp:kernel-ready"))} ms later (at ${at("lp:kernel-ready")} ms); page parsed at ${at("parsed")} ms; ` +
-    `first verdict ${f(d("lp:kernel-ready", "lp:first-verdict"))} ms after the runtime was ready`;
+    `first verdict ${f(d("lp:kernel-ready", "lp:first-verdict"))} ms after the runtime was ready` +
+    (ms.every((m) => m["lp:first-verdict-painted"]) ? `, drawn at ${at("lp:first-verdict-painted")} ms` : "");
 };
 try {
   const cold = [];

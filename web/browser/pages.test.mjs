@@ -55,6 +55,24 @@ describe("served by leaseplane serve", () => {
     assert.equal(root.headers.get("location"), "/playground");
   });
 
+  test("playground: before its first verdict is drawn a first visit fetches the page's own files and the kernel once, not the ledger's module nor the examples", async () => {
+    const page = await browser.ctx.newPage();
+    await page.goto(serve.url + "/playground");
+    // The ledger's module is fetched after the first verdict, for its seal.
+    await page.waitForSelector("body[data-ledger-ready='true']", { timeout: 20000 });
+    const { marks, fetched } = await page.evaluate(() => ({
+      marks: Object.fromEntries(performance.getEntriesByType("mark").map((e) => [e.name, e.startTime])),
+      fetched: performance.getEntriesByType("resource").map((e) => ({ name: new URL(e.name).pathname.replace(/\.[0-9a-f]{12}\./, "."), at: e.startTime })),
+    }));
+    for (const m of ["lp:kernel-fetch", "lp:kernel-compiled", "lp:kernel-ready", "lp:first-verdict", "lp:first-verdict-painted"]) assert.ok(m in marks, `no mark ${m}`);
+    assert.ok(marks["lp:first-verdict"] <= marks["lp:first-verdict-painted"]);
+    const before = fetched.filter((r) => r.at < marks["lp:first-verdict-painted"]).map((r) => r.name).sort();
+    assert.deepEqual(before, ["/static/app.css", "/static/kernel-boot.js", "/static/kernel.js", "/static/leaseplane.wasm", "/static/ledger.js", "/static/playground.js", "/static/timeline.js"]);
+    const later = fetched.filter((r) => r.at >= marks["lp:first-verdict-painted"]).map((r) => r.name).sort();
+    assert.deepEqual(later, ["/static/corpus.json", "/static/ledger.wasm"]);
+    await page.close();
+  });
+
   test("playground: every corpus scenario through the UI equals leaseplane replay (browser parity)", async () => {
     const { page, reqs, errors } = await openPlayground(serve.url + "/playground");
     await shot(page, "playground-first-load");
