@@ -481,24 +481,7 @@ func readAnswer(resp *http.Response, limit int64) ([]byte, error) {
 	if n := resp.ContentLength; n >= 0 && n <= limit {
 		size = n + 1 // room for the read that meets the end
 	}
-	b := make([]byte, 0, size)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		room := b[len(b):cap(b)]
-		if over := limit + 1 - int64(len(b)); int64(len(room)) > over {
-			room = room[:over]
-		}
-		n, err := resp.Body.Read(room)
-		b = b[:len(b)+n]
-		if err == io.EOF || int64(len(b)) > limit {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
+	return readAll(resp.Body, int(size), limit)
 }
 
 // transport sends req with the client's key. A transport failure names the
